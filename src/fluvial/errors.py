@@ -1,0 +1,29 @@
+"""Errors fluvial raises. Each names the problem and, where there is one, the fix."""
+
+
+class FluvialError(Exception):
+    """Base class of every fluvial error."""
+
+
+class ConfigError(FluvialError):
+    """Invalid configuration, found before anything starts."""
+
+
+class TopologyError(FluvialError):
+    """An invalid topology, found at ``StreamsBuilder.build()``."""
+
+
+class SerializationError(FluvialError):
+    """A record that could not be serialized or deserialized."""
+
+
+class StreamsError(FluvialError):
+    """A fatal error while processing; the application stops without committing past it."""
+
+
+class BufferFullError(StreamsError):
+    """A suppression buffer filled up and its policy is to shut down."""
+
+
+class KafkaSetupError(FluvialError):
+    """The local Apache Kafka could not be provisioned or started."""

@@ -1,0 +1,61 @@
+"""The values that flow through a topology: records, key-value pairs and windowed keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, NamedTuple, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class KeyValue(NamedTuple, Generic[K, V]):
+    """A key and a value. ``map`` may return one of these or a plain ``(key, value)`` tuple."""
+
+    key: K
+    value: V
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Window:
+    """A time window ``[start_ms, end_ms)``; sliding and session windows treat ``end_ms`` as inclusive."""
+
+    start_ms: int
+    end_ms: int
+
+    def __post_init__(self) -> None:
+        if self.end_ms < self.start_ms:
+            raise ValueError(f"window end {self.end_ms} is before its start {self.start_ms}")
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed(Generic[K]):
+    """A key of a windowed aggregation: the record key plus the window it was counted in."""
+
+    key: K
+    window: Window
+
+    def __str__(self) -> str:
+        return f"[{self.key}@{self.window.start_ms}/{self.window.end_ms}]"
+
+
+@dataclass(slots=True)
+class Record(Generic[K, V]):
+    """One record: key, value, timestamp (ms) and headers, plus where it was read from."""
+
+    key: K
+    value: V
+    timestamp_ms: int
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+    def with_key_value(self, key: Any, value: Any) -> Record[Any, Any]:
+        return replace(self, key=key, value=value)
+
+    def with_value(self, value: Any) -> Record[Any, Any]:
+        return replace(self, value=value)
+
+    def with_timestamp(self, timestamp_ms: int) -> Record[Any, Any]:
+        return replace(self, timestamp_ms=timestamp_ms)
