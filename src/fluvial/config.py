@@ -1,0 +1,108 @@
+"""``StreamsConfig``: every setting of a fluvial application, validated before anything starts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Any
+
+from fluvial.errors import ConfigError
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE_V2 = "exactly_once_v2"
+PROCESSING_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
+
+DESERIALIZATION_HANDLERS = ("fail", "log_and_continue")
+
+_APPLICATION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def to_millis(duration: int | float | timedelta, what: str = "duration") -> int:
+    """Accept a duration as int milliseconds or a ``timedelta``; reject negatives."""
+    if isinstance(duration, timedelta):
+        ms = int(duration.total_seconds() * 1000)
+    elif isinstance(duration, bool) or not isinstance(duration, int | float):
+        raise ConfigError(f"{what} must be milliseconds (int) or a timedelta, got {duration!r}")
+    else:
+        ms = int(duration)
+    if ms < 0:
+        raise ConfigError(f"{what} must not be negative, got {ms} ms")
+    return ms
+
+
+@dataclass
+class StreamsConfig:
+    """Settings of one fluvial application.
+
+    ``commit_interval_ms`` defaults to 100 under ``exactly_once_v2`` and 30000 under
+    ``at_least_once``, as in Kafka Streams.
+    """
+
+    application_id: str = "fluvial-app"
+    bootstrap_servers: str = "127.0.0.1:9092"
+    processing_guarantee: str = AT_LEAST_ONCE
+    commit_interval_ms: int | timedelta | None = None
+    state_dir: str = "/tmp/fluvial"
+    cache_max_bytes: int = 10 * 1024 * 1024
+    num_standby_replicas: int = 0
+    max_task_idle_ms: int | timedelta = 0
+    default_deserialization_exception_handler: str = "fail"
+    dead_letter_topic: str | None = None
+    num_stream_threads: int = 1
+    replication_factor: int = -1
+    # Extra librdkafka settings passed to every client (for example SASL or TLS options).
+    client_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.application_id or not _APPLICATION_ID.match(self.application_id):
+            raise ConfigError(
+                f"application_id {self.application_id!r} is invalid: use letters, digits, '.', '_' "
+                "and '-' (it names the consumer group and every internal topic)"
+            )
+        if self.processing_guarantee not in PROCESSING_GUARANTEES:
+            raise ConfigError(
+                f"processing_guarantee {self.processing_guarantee!r} is unknown: "
+                f"use one of {', '.join(PROCESSING_GUARANTEES)}"
+            )
+        if self.commit_interval_ms is None:
+            self.commit_interval_ms = 100 if self.exactly_once else 30000
+        self.commit_interval_ms = to_millis(self.commit_interval_ms, "commit_interval_ms")
+        self.max_task_idle_ms = to_millis(self.max_task_idle_ms, "max_task_idle_ms")
+        if self.cache_max_bytes < 0:
+            raise ConfigError("cache_max_bytes must be >= 0 (0 turns the record cache off)")
+        if self.num_standby_replicas < 0:
+            raise ConfigError("num_standby_replicas must be >= 0")
+        if self.num_stream_threads < 1:
+            raise ConfigError("num_stream_threads must be >= 1")
+        if self.default_deserialization_exception_handler not in DESERIALIZATION_HANDLERS:
+            raise ConfigError(
+                "default_deserialization_exception_handler must be one of "
+                f"{', '.join(DESERIALIZATION_HANDLERS)}, got "
+                f"{self.default_deserialization_exception_handler!r}"
+            )
+        if not self.bootstrap_servers:
+            raise ConfigError("bootstrap_servers is empty: give host:port of at least one broker")
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == EXACTLY_ONCE_V2
+
+    def with_overrides(self, **overrides: Any) -> StreamsConfig:
+        """A copy with some settings replaced; unknown names are an error."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown StreamsConfig setting(s): {', '.join(unknown)}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        if "processing_guarantee" in overrides and "commit_interval_ms" not in overrides:
+            values["commit_interval_ms"] = None
+        values.update(overrides)
+        return StreamsConfig(**values)
+
+    def __repr__(self) -> str:
+        # client_config may hold SASL passwords or TLS keys: never print its values.
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "client_config"}
+        shown["client_config"] = {k: "***" for k in self.client_config}
+        inner = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+        return f"StreamsConfig({inner})"
