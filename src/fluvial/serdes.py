@@ -1,0 +1,296 @@
+"""Serdes: how keys and values become bytes on a topic and in a store.
+
+Every built-in serde writes the same bytes as its Kafka Streams (Java) counterpart, so a Java
+consumer, the Kafka Streams reference implementation and fluvial read each other's topics
+unchanged. ``None`` always maps to ``None`` in both directions: a tombstone stays a tombstone.
+
+User-defined formats go through :meth:`Serde.of`::
+
+    point = Serde.of(lambda p: f"{p.x},{p.y}".encode(), parse_point, name="point")
+"""
+
+from __future__ import annotations
+
+import json as _json
+import struct
+import uuid as _uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from fluvial.errors import SerializationError
+from fluvial.records import Window, Windowed
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_DOUBLE = struct.Struct(">d")
+_FLOAT = struct.Struct(">f")
+_MAX_LONG = 2**63 - 1
+
+
+def _where(topic: str | None) -> str:
+    return f"on topic {topic!r}" if topic is not None else "(no topic)"
+
+
+class Serde(Generic[T]):
+    """A pair of functions between objects of type ``T`` and bytes.
+
+    The functions never see ``None``: the serde passes tombstones through itself. Any exception
+    they raise comes back as a :class:`SerializationError` that names the serde and the topic,
+    because a bare ``struct.error`` from deep inside a topology tells nobody which record broke.
+    """
+
+    def __init__(
+        self,
+        serialize_fn: Callable[[T], bytes],
+        deserialize_fn: Callable[[bytes], T],
+        name: str = "custom",
+    ) -> None:
+        self._serialize_fn = serialize_fn
+        self._deserialize_fn = deserialize_fn
+        self.name = name
+
+    @classmethod
+    def of(
+        cls,
+        serialize_fn: Callable[[T], bytes],
+        deserialize_fn: Callable[[bytes], T],
+        name: str = "custom",
+    ) -> Serde[T]:
+        """Build a serde from two plain functions; ``name`` shows up in errors and ``describe``."""
+        return cls(serialize_fn, deserialize_fn, name)
+
+    def serialize(self, topic: str | None, obj: T | None) -> bytes | None:
+        """Turn ``obj`` into bytes; ``None`` stays ``None``."""
+        if obj is None:
+            return None
+        try:
+            data = self._serialize_fn(obj)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(
+                f"{self.name} serde {_where(topic)} could not serialize {obj!r}: {exc}"
+            ) from exc
+        if not isinstance(data, bytes):
+            if isinstance(data, bytearray | memoryview):
+                return bytes(data)
+            raise SerializationError(
+                f"{self.name} serde {_where(topic)} returned {type(data).__name__}, "
+                "expected bytes: a serialize function must return bytes"
+            )
+        return data
+
+    def deserialize(self, topic: str | None, data: bytes | None) -> T | None:
+        """Turn bytes back into an object; ``None`` stays ``None``."""
+        if data is None:
+            return None
+        try:
+            return self._deserialize_fn(data)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(
+                f"{self.name} serde {_where(topic)} could not deserialize {bytes(data)[:64]!r}: {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"Serde({self.name})"
+
+
+class _FixedWidthError(ValueError):
+    """Raised inside a fixed-width serde; the Serde wrapper adds name and topic."""
+
+
+def _fixed(name: str, codec: struct.Struct, check: Callable[[Any], Any]) -> Serde[Any]:
+    width = codec.size
+
+    def ser(obj: Any) -> bytes:
+        return codec.pack(check(obj))
+
+    def de(data: bytes) -> Any:
+        if len(data) != width:
+            raise _FixedWidthError(f"expected {width} bytes, got {len(data)}")
+        return codec.unpack(data)[0]
+
+    serde: Serde[Any] = Serde(ser, de, name)
+    return serde
+
+
+def _check_int(obj: Any) -> int:
+    # bool is an int subclass; a boolean reaching a long serde is almost always a bug upstream.
+    if isinstance(obj, bool) or not isinstance(obj, int):
+        raise TypeError(f"expected int, got {type(obj).__name__}")
+    return obj
+
+
+def _check_float(obj: Any) -> float:
+    if isinstance(obj, bool) or not isinstance(obj, int | float):
+        raise TypeError(f"expected float, got {type(obj).__name__}")
+    return float(obj)
+
+
+def long() -> Serde[int]:
+    """8-byte big-endian signed integer (Java ``Serdes.Long()``)."""
+    return _fixed("long", _LONG, _check_int)
+
+
+def integer() -> Serde[int]:
+    """4-byte big-endian signed integer (Java ``Serdes.Integer()``)."""
+    return _fixed("integer", _INT, _check_int)
+
+
+def short() -> Serde[int]:
+    """2-byte big-endian signed integer (Java ``Serdes.Short()``)."""
+    return _fixed("short", _SHORT, _check_int)
+
+
+def double() -> Serde[float]:
+    """8-byte big-endian IEEE 754 double (Java ``Serdes.Double()``)."""
+    return _fixed("double", _DOUBLE, _check_float)
+
+
+def float_() -> Serde[float]:
+    """4-byte big-endian IEEE 754 float (Java ``Serdes.Float()``); loses precision."""
+    return _fixed("float", _FLOAT, _check_float)
+
+
+def string() -> Serde[str]:
+    """UTF-8 text (Java ``Serdes.String()``)."""
+
+    def ser(obj: str) -> bytes:
+        if not isinstance(obj, str):
+            raise TypeError(f"expected str, got {type(obj).__name__}")
+        return obj.encode("utf-8")
+
+    return Serde(ser, lambda data: bytes(data).decode("utf-8"), "string")
+
+
+def bytes_() -> Serde[bytes]:
+    """Raw bytes, unchanged (Java ``Serdes.ByteArray()``)."""
+
+    def ser(obj: bytes) -> bytes:
+        if not isinstance(obj, bytes | bytearray | memoryview):
+            raise TypeError(f"expected bytes, got {type(obj).__name__}")
+        return bytes(obj)
+
+    return Serde(ser, bytes, "bytes")
+
+
+byte_array = bytes_
+
+
+def json() -> Serde[Any]:
+    """Compact UTF-8 JSON with sorted keys.
+
+    Sorted keys and fixed separators make equal objects serialize to equal bytes, which matters
+    for keys: two dicts that compare equal must land in the same partition and store slot.
+    """
+
+    def ser(obj: Any) -> bytes:
+        return _json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode(
+            "utf-8"
+        )
+
+    return Serde(ser, lambda data: _json.loads(bytes(data).decode("utf-8")), "json")
+
+
+def uuid() -> Serde[_uuid.UUID]:
+    """A UUID as its canonical 36-character string (Java ``Serdes.UUID()``)."""
+    return Serde(
+        lambda obj: str(obj).encode("ascii"),
+        lambda data: _uuid.UUID(bytes(data).decode("ascii")),
+        "uuid",
+    )
+
+
+def void() -> Serde[None]:
+    """Only ``None`` (Java ``Serdes.Void()``): for topics whose keys or values are always null."""
+
+    def ser(obj: Any) -> bytes:
+        raise TypeError("the void serde only accepts None")
+
+    def de(data: bytes) -> None:
+        raise ValueError(f"the void serde only accepts null data, got {len(data)} bytes")
+
+    return Serde(ser, de, "void")
+
+
+def time_windowed(inner: Serde[K], window_size_ms: int) -> Serde[Windowed[K]]:
+    """Keys of time windows: inner key bytes, then the 8-byte big-endian window start.
+
+    The end is not on the wire; it is recomputed as start + ``window_size_ms`` (capped at the
+    largest long, as Java does), so reader and writer must agree on the window size.
+    """
+    if window_size_ms <= 0:
+        raise ValueError(f"window_size_ms must be positive, got {window_size_ms}")
+    name = f"time_windowed({inner.name})"
+
+    def ser(windowed: Windowed[K]) -> bytes:
+        return _inner_bytes(inner, windowed, name) + _LONG.pack(windowed.window.start_ms)
+
+    def de(data: bytes) -> Windowed[K]:
+        if len(data) < 8:
+            raise _FixedWidthError(f"expected at least 8 bytes, got {len(data)}")
+        key = inner.deserialize(None, data[:-8])
+        start = _LONG.unpack(data[-8:])[0]
+        end = min(start + window_size_ms, _MAX_LONG)
+        return Windowed(key, Window(start, end))  # type: ignore[arg-type]
+
+    return Serde(ser, de, name)
+
+
+def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
+    """Keys of session windows: inner key bytes, 8-byte BE end, then 8-byte BE start.
+
+    End before start is the layout of Kafka Streams' session key schema; keep it.
+    """
+    name = f"session_windowed({inner.name})"
+
+    def ser(windowed: Windowed[K]) -> bytes:
+        window = windowed.window
+        return (
+            _inner_bytes(inner, windowed, name)
+            + _LONG.pack(window.end_ms)
+            + _LONG.pack(window.start_ms)
+        )
+
+    def de(data: bytes) -> Windowed[K]:
+        if len(data) < 16:
+            raise _FixedWidthError(f"expected at least 16 bytes, got {len(data)}")
+        key = inner.deserialize(None, data[:-16])
+        end = _LONG.unpack(data[-16:-8])[0]
+        start = _LONG.unpack(data[-8:])[0]
+        return Windowed(key, Window(start, end))  # type: ignore[arg-type]
+
+    return Serde(ser, de, name)
+
+
+def _inner_bytes(inner: Serde[K], windowed: Windowed[K], name: str) -> bytes:
+    if not isinstance(windowed, Windowed):
+        raise TypeError(f"expected Windowed, got {type(windowed).__name__}")
+    data = inner.serialize(None, windowed.key)
+    if data is None:
+        raise ValueError(f"{name} cannot serialize a windowed key whose inner key is None")
+    return data
+
+
+__all__ = [
+    "Serde",
+    "byte_array",
+    "bytes_",
+    "double",
+    "float_",
+    "integer",
+    "json",
+    "long",
+    "session_windowed",
+    "short",
+    "string",
+    "time_windowed",
+    "uuid",
+    "void",
+]

@@ -1,0 +1,67 @@
+"""State stores: bytes-level key-value and window stores, caches and typed views.
+
+Stores know nothing of Kafka. Each write is handed to a change listener as a
+:class:`ChangelogRecord`; the runtime appends those to the store's changelog topic and replays them
+through :meth:`StateStore.restore` to rebuild a store. Two backends keep the same contracts:
+in-memory and RocksDB.
+"""
+
+from fluvial.state.base import (
+    ChangeListener,
+    ChangelogRecord,
+    KeyValueStore,
+    StateStore,
+    ValueAndTimestamp,
+    WindowStore,
+    from_timestamped_bytes,
+    parse_window_store_key,
+    to_timestamped_bytes,
+    window_store_key,
+)
+from fluvial.state.cache import (
+    CachingKeyValueStore,
+    CachingWindowStore,
+    FlushListener,
+    ThreadCache,
+    WindowFlushListener,
+)
+from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
+from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
+from fluvial.state.suppliers import StoreSupplier, key_value_store_supplier, window_store_supplier
+from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.typed import (
+    ReadOnlyKeyValueStore,
+    TypedKeyValueStore,
+    TypedTimestampedKeyValueStore,
+    TypedWindowStore,
+)
+
+__all__ = [
+    "CachingKeyValueStore",
+    "CachingWindowStore",
+    "ChangeListener",
+    "ChangelogRecord",
+    "FlushListener",
+    "InMemoryKeyValueStore",
+    "InMemoryWindowStore",
+    "KeyValueStore",
+    "ReadOnlyKeyValueStore",
+    "RocksDBKeyValueStore",
+    "RocksDBWindowStore",
+    "StateStore",
+    "StoreSupplier",
+    "ThreadCache",
+    "TimestampedKeyValueStore",
+    "TypedKeyValueStore",
+    "TypedTimestampedKeyValueStore",
+    "TypedWindowStore",
+    "ValueAndTimestamp",
+    "WindowFlushListener",
+    "WindowStore",
+    "from_timestamped_bytes",
+    "key_value_store_supplier",
+    "parse_window_store_key",
+    "to_timestamped_bytes",
+    "window_store_key",
+    "window_store_supplier",
+]

@@ -1,0 +1,416 @@
+"""Record caches: coalesce consecutive updates of a key until the next commit.
+
+A cache sits in front of a bytes store. Writes stay in the cache, marked dirty, and reach the inner
+store (and so its changelog) only when the cache is flushed (at commit) or when the entry is
+evicted because the cache is over its byte budget. At that moment the flush listener receives
+``(new, old)``, where ``old`` is what the inner store held, i.e. what downstream last saw. That is
+how caching turns N updates of one key into one revision without changing the final value.
+
+Several caches may share one :class:`ThreadCache` budget, as Kafka Streams' caches share one
+``cache_max_bytes`` per thread; eviction is then least-recently-used across all of them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from fluvial.state.base import ChangeListener, ChangelogRecord, KeyValueStore, WindowStore
+
+CK = TypeVar("CK", bound=Hashable)
+
+#: (key, new value, old value, timestamp_ms)
+FlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
+#: (key, window start, new value, old value, timestamp_ms)
+WindowFlushListener = Callable[[bytes, int, bytes | None, bytes | None, int], None]
+
+#: Bookkeeping bytes charged per entry on top of key and value, so empty values still cost.
+ENTRY_OVERHEAD = 32
+
+
+class ThreadCache:
+    """A byte budget shared by caches, evicting least-recently-used entries across them."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"cache max_bytes must not be negative, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.size_bytes = 0
+        self._lru: OrderedDict[tuple[int, Hashable], int] = OrderedDict()
+        self._owners: dict[int, _Cache[Any]] = {}
+
+    def _register(self, owner: _Cache[Any]) -> int:
+        owner_id = id(owner)
+        self._owners[owner_id] = owner
+        return owner_id
+
+    def _touch(self, owner_id: int, key: Hashable, size: int | None = None) -> None:
+        slot = (owner_id, key)
+        if size is not None:
+            self.size_bytes += size - self._lru.get(slot, 0)
+            self._lru[slot] = size
+        self._lru.move_to_end(slot)
+
+    def _forget(self, owner_id: int, key: Hashable) -> None:
+        self.size_bytes -= self._lru.pop((owner_id, key), 0)
+
+    def _maybe_evict(self) -> None:
+        while self.size_bytes > self.max_bytes and self._lru:
+            (owner_id, key), _ = next(iter(self._lru.items()))
+            # The owner flushes the entry if dirty and then forgets it, shrinking size_bytes.
+            self._owners[owner_id]._evict(key)
+
+
+@dataclass
+class _Entry:
+    value: bytes | None
+    dirty: bool
+    timestamp_ms: int
+
+
+class _Cache(Generic[CK]):
+    """Entries, dirty order and budget accounting, common to both caching stores."""
+
+    inner: Any
+
+    @property
+    def committed_offset(self) -> int | None:
+        # The offset belongs to the inner store: it is what the inner store's contents reflect.
+        return self.inner.committed_offset if "inner" in self.__dict__ else None
+
+    @committed_offset.setter
+    def committed_offset(self, offset: int | None) -> None:
+        if "inner" in self.__dict__:  # StateStore.__init__ sets it before inner exists
+            self.inner.committed_offset = offset
+
+    def _setup(self, max_bytes: int, cache: ThreadCache | None) -> None:
+        self.thread_cache = cache if cache is not None else ThreadCache(max_bytes)
+        self._owner_id = self.thread_cache._register(self)
+        self._entries: dict[CK, _Entry] = {}
+        # Keys in order of their latest dirtying write: flushes go downstream in that order.
+        self._dirty: dict[CK, None] = {}
+
+    def _cache_put(self, key: CK, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
+        self._entries[key] = _Entry(value, dirty, timestamp_ms)
+        if dirty:
+            self._dirty.pop(key, None)
+            self._dirty[key] = None
+        self.thread_cache._touch(self._owner_id, key, self._size(key, value))
+        self.thread_cache._maybe_evict()
+
+    def _cache_get(self, key: CK) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self.thread_cache._touch(self._owner_id, key)
+        return entry
+
+    def _forget(self, key: CK) -> None:
+        self._entries.pop(key, None)
+        self._dirty.pop(key, None)
+        self.thread_cache._forget(self._owner_id, key)
+
+    def _evict(self, key: CK) -> None:
+        if key in self._dirty:
+            self._flush_entry(key)
+        self._forget(key)
+
+    def _flush_dirty(self) -> None:
+        while self._dirty:
+            key = next(iter(self._dirty))
+            self._flush_entry(key)
+            entry = self._entries.get(key)
+            if entry is not None and entry.value is None:
+                self._forget(key)  # a flushed tombstone is just absence; stop paying for it
+
+    def discard(self) -> None:
+        """Drop every cached entry, dirty ones included, without writing them anywhere.
+
+        For an aborted exactly-once transaction: uncommitted updates must vanish.
+        """
+        for key in list(self._entries):
+            self._forget(key)
+
+    def dirty_count(self) -> int:
+        return len(self._dirty)
+
+    def _flush_entry(self, key: CK) -> None:
+        raise NotImplementedError
+
+    def _size(self, key: CK, value: bytes | None) -> int:
+        raise NotImplementedError
+
+
+class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
+    """A record cache in front of a bytes key-value store."""
+
+    def __init__(
+        self,
+        inner: KeyValueStore,
+        max_bytes: int = 10 * 1024 * 1024,
+        flush_listener: FlushListener | None = None,
+        cache: ThreadCache | None = None,
+    ) -> None:
+        KeyValueStore.__init__(self, inner.name, inner.persistent)
+        self.inner = inner
+        self._flush_listener = flush_listener
+        self._setup(max_bytes, cache)
+        self._sorted: list[bytes] = []  # cached keys in byte order, for range merges
+
+    def set_flush_listener(self, listener: FlushListener | None) -> None:
+        self._flush_listener = listener
+
+    # -- lifecycle: the inner store owns files, changelog and offsets --------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    def init(self, state_dir: Path | None = None) -> None:
+        self.inner.init(state_dir)
+
+    def flush(self) -> None:
+        # Cache first: the inner store's flush must cover the writes the cache just made.
+        self._flush_dirty()
+        self.inner.flush()
+
+    def close(self) -> None:
+        if self.inner.is_open:
+            self._flush_dirty()
+        self.discard()
+        self.inner.close()
+
+    def destroy(self) -> None:
+        self.discard()
+        self.inner.destroy()
+
+    def set_change_listener(self, listener: ChangeListener | None) -> None:
+        self.inner.set_change_listener(listener)
+
+    def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        self.discard()  # cached reads could be stale once the inner store changes under us
+        self.inner.restore(records)
+
+    # -- reads and writes --------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        self._check_open()
+        entry = self._cache_get(key)
+        if entry is not None:
+            return entry.value
+        value = self.inner.get(key)
+        if value is not None:
+            self._cache_put(key, value, dirty=False, timestamp_ms=0)
+        return value
+
+    def put(self, key: bytes, value: bytes | None, timestamp_ms: int = 0) -> None:
+        self._check_open()
+        key = bytes(key)
+        self._cache_put(key, None if value is None else bytes(value), True, timestamp_ms)
+
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        self._check_open()
+        lo = 0 if from_key is None else bisect.bisect_left(self._sorted, from_key)
+        hi = len(self._sorted) if to_key is None else bisect.bisect_right(self._sorted, to_key)
+        cached = [(k, self._entries[k].value) for k in self._sorted[lo:hi]]
+        return _merge(self.inner.range(from_key, to_key), cached)
+
+    def approximate_num_entries(self) -> int:
+        count = self.inner.approximate_num_entries()
+        for key in self._dirty:
+            in_inner = self.inner.get(key) is not None
+            in_cache = self._entries[key].value is not None
+            count += int(in_cache) - int(in_inner)
+        return count
+
+    # -- cache hooks -------------------------------------------------------------------------
+
+    def _cache_put(self, key: bytes, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
+        if key not in self._entries:
+            bisect.insort(self._sorted, key)
+        super()._cache_put(key, value, dirty, timestamp_ms)
+
+    def _forget(self, key: bytes) -> None:
+        if key in self._entries:
+            del self._sorted[bisect.bisect_left(self._sorted, key)]
+        super()._forget(key)
+
+    def _size(self, key: bytes, value: bytes | None) -> int:
+        return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+
+    def _flush_entry(self, key: bytes) -> None:
+        entry = self._entries[key]
+        # Mark clean before calling out: the listener may read or write this store again.
+        entry.dirty = False
+        self._dirty.pop(key, None)
+        old = self.inner.get(key)
+        self.inner.put(key, entry.value, entry.timestamp_ms)
+        if self._flush_listener is not None and (entry.value is not None or old is not None):
+            self._flush_listener(key, entry.value, old, entry.timestamp_ms)
+
+
+def _merge(
+    stored: Iterator[tuple[bytes, bytes]], cached: list[tuple[bytes, bytes | None]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """Merge two key-ordered streams; the cache wins on equal keys and its tombstones hide."""
+    pending = iter(cached)
+    next_cached = next(pending, None)
+    for key, value in stored:
+        while next_cached is not None and next_cached[0] < key:
+            if next_cached[1] is not None:
+                yield next_cached  # type: ignore[misc]
+            next_cached = next(pending, None)
+        if next_cached is not None and next_cached[0] == key:
+            if next_cached[1] is not None:
+                yield next_cached  # type: ignore[misc]
+            next_cached = next(pending, None)
+        else:
+            yield key, value
+    while next_cached is not None:
+        if next_cached[1] is not None:
+            yield next_cached  # type: ignore[misc]
+        next_cached = next(pending, None)
+
+
+class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
+    """A record cache in front of a bytes window store (not for duplicate-keeping stores)."""
+
+    def __init__(
+        self,
+        inner: WindowStore,
+        max_bytes: int = 10 * 1024 * 1024,
+        flush_listener: WindowFlushListener | None = None,
+        cache: ThreadCache | None = None,
+    ) -> None:
+        if inner.retain_duplicates:
+            raise ValueError(
+                f"window store {inner.name!r} retains duplicates, so updates never coalesce: "
+                "do not put a cache in front of it"
+            )
+        WindowStore.__init__(
+            self, inner.name, inner.persistent, inner.retention_ms, inner.window_size_ms
+        )
+        self.inner = inner
+        self._flush_listener = flush_listener
+        self._setup(max_bytes, cache)
+        self._starts_by_key: dict[bytes, list[int]] = {}
+
+    def set_flush_listener(self, listener: WindowFlushListener | None) -> None:
+        self._flush_listener = listener
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    def init(self, state_dir: Path | None = None) -> None:
+        self.inner.init(state_dir)
+        self.observed_stream_time = max(self.observed_stream_time, self.inner.observed_stream_time)
+
+    def flush(self) -> None:
+        self._flush_dirty()
+        self.inner.flush()
+
+    def close(self) -> None:
+        if self.inner.is_open:
+            self._flush_dirty()
+        self.discard()
+        self.inner.close()
+
+    def destroy(self) -> None:
+        self.discard()
+        self.inner.destroy()
+        self.observed_stream_time = -(2**63)
+
+    def set_change_listener(self, listener: ChangeListener | None) -> None:
+        self.inner.set_change_listener(listener)
+
+    def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        self.discard()
+        self.inner.restore(records)
+        self.observed_stream_time = max(self.observed_stream_time, self.inner.observed_stream_time)
+
+    def put(
+        self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
+    ) -> None:
+        self._check_open()
+        self.observed_stream_time = max(self.observed_stream_time, window_start_ms)
+        if window_start_ms <= self.expired_before():
+            return
+        self._cache_put((bytes(key), window_start_ms), value, True, timestamp_ms)
+
+    def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
+        self._check_open()
+        if window_start_ms <= self.expired_before():
+            return None
+        entry = self._cache_get((key, window_start_ms))
+        if entry is not None:
+            return entry.value
+        value = self.inner.fetch(key, window_start_ms)
+        if value is not None:
+            self._cache_put((bytes(key), window_start_ms), value, dirty=False, timestamp_ms=0)
+        return value
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        self._check_open()
+        time_from = max(time_from, self.expired_before() + 1)
+        starts = self._starts_by_key.get(key, [])
+        lo, hi = bisect.bisect_left(starts, time_from), bisect.bisect_right(starts, time_to)
+        cached = {s: self._entries[(key, s)].value for s in starts[lo:hi]}
+        merged: dict[int, bytes | None] = dict(self.inner.fetch_range(key, time_from, time_to))
+        merged.update(cached)
+        for start in sorted(merged):
+            value = merged[start]
+            if value is not None:
+                yield start, value
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        self._check_open()
+        time_from = max(time_from, self.expired_before() + 1)
+        # Materialised: merging needs both sides in (start, key) order, and the cache is bounded.
+        merged: dict[tuple[int, bytes], bytes | None] = {
+            (start, key): value for key, start, value in self.inner.fetch_all(time_from, time_to)
+        }
+        for (key, start), entry in self._entries.items():
+            if time_from <= start <= time_to:
+                merged[(start, key)] = entry.value
+        for start, key in sorted(merged):
+            value = merged[(start, key)]
+            if value is not None:
+                yield key, start, value
+
+    def approximate_num_entries(self) -> int:
+        count: int = getattr(self.inner, "approximate_num_entries", lambda: 0)()
+        return count + len(self._dirty)
+
+    def _cache_put(
+        self, key: tuple[bytes, int], value: bytes | None, dirty: bool, timestamp_ms: int
+    ) -> None:
+        if key not in self._entries:
+            bisect.insort(self._starts_by_key.setdefault(key[0], []), key[1])
+        super()._cache_put(key, value, dirty, timestamp_ms)
+
+    def _forget(self, key: tuple[bytes, int]) -> None:
+        if key in self._entries:
+            starts = self._starts_by_key[key[0]]
+            del starts[bisect.bisect_left(starts, key[1])]
+            if not starts:
+                del self._starts_by_key[key[0]]
+        super()._forget(key)
+
+    def _size(self, key: tuple[bytes, int], value: bytes | None) -> int:
+        return len(key[0]) + 8 + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+
+    def _flush_entry(self, key: tuple[bytes, int]) -> None:
+        entry = self._entries[key]
+        entry.dirty = False
+        self._dirty.pop(key, None)
+        record_key, start = key
+        if start <= self.expired_before():
+            return  # the window closed while cached; the inner store would drop it anyway
+        old = self.inner.fetch(record_key, start)
+        self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
+        if self._flush_listener is not None and (entry.value is not None or old is not None):
+            self._flush_listener(record_key, start, entry.value, old, entry.timestamp_ms)

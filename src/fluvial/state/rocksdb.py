@@ -1,0 +1,402 @@
+"""RocksDB stores (through ``rocksdict``): state larger than memory, surviving restarts.
+
+Layout of one store directory ``state_dir / name``:
+
+- the default column family holds the data (key-value stores), or nothing (window stores);
+- ``fluvial-meta`` holds bookkeeping that must never show up in iteration: the committed
+  changelog offset, and for window stores the observed stream time and sequence number;
+- window stores keep one column family per time segment (``segment-<id>``), keyed by Kafka
+  Streams' window key layout (key + 8-byte start + 4-byte seqnum). Expiry drops whole segments,
+  which costs nothing per record.
+
+Iteration reads in small batches and drops the RocksDB iterator between batches. An iterator
+object keeps the database open, so an abandoned generator must not be able to hold the lock.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from fluvial.state.base import (
+    ChangelogRecord,
+    KeyValueStore,
+    WindowStore,
+    parse_window_store_key,
+    window_store_key,
+)
+
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
+_META_CF = "fluvial-meta"
+_SEGMENT_PREFIX = "segment-"
+_COMMITTED_OFFSET = b"committed_offset"
+_STREAM_TIME = b"observed_stream_time"
+_SEQNUM = b"seqnum"
+_BATCH = 512
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+def _scan(db: Rdict, lower: bytes | None, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """Entries with ``lower <= key <= upper`` in key order, read ``_BATCH`` at a time."""
+    seek_from = lower
+    skip_first = False  # after the first batch we re-seek to the last key already yielded
+    while True:
+        batch: list[tuple[bytes, bytes]] = []
+        it = db.iter()
+        if seek_from is None:
+            it.seek_to_first()
+        else:
+            it.seek(seek_from)
+        if skip_first and it.valid() and it.key() == seek_from:
+            it.next()
+        while it.valid() and len(batch) < _BATCH:
+            key = it.key()
+            if upper is not None and key > upper:
+                break
+            batch.append((key, it.value()))
+            it.next()
+        exhausted = len(batch) < _BATCH
+        del it
+        yield from batch
+        if exhausted:
+            return
+        seek_from, skip_first = batch[-1][0], True
+
+
+class _RocksDBStore:
+    """Opening, closing and the meta column family, shared by both RocksDB stores."""
+
+    name: str
+    committed_offset: int | None
+
+    def __init__(self) -> None:
+        self._db: Rdict | None = None
+        self._meta: Rdict | None = None
+        self._path: Path | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    def _open(self, state_dir: Path | None) -> list[str]:
+        """Open the DB; return the names of its column families."""
+        if state_dir is None:
+            raise ValueError(
+                f"persistent store {self.name!r} needs a state directory: pass state_dir to init()"
+            )
+        if self._db is not None:
+            return []
+        self._path = Path(state_dir) / self.name
+        self._path.mkdir(parents=True, exist_ok=True)
+        options = _options()
+        try:
+            families = Rdict.list_cf(str(self._path), options)
+        except Exception:  # a new directory has no database yet
+            families = ["default"]
+        wanted = {cf: _options() for cf in families if cf != "default"}
+        wanted[_META_CF] = _options()
+        self._db = Rdict(str(self._path), options, column_families=wanted)
+        self._meta = self._db.get_column_family(_META_CF)
+        raw = self._meta.get(_COMMITTED_OFFSET)
+        self.committed_offset = None if raw is None else _LONG.unpack(raw)[0]
+        return list(families)
+
+    def _release(self) -> None:
+        """Drop every object that keeps the DB alive, then close it."""
+        self._meta = None
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
+            del db
+
+    def _write_meta(self, batch: WriteBatch, key: bytes, value: int | None) -> None:
+        assert self._db is not None
+        handle = self._db.get_column_family_handle(_META_CF)
+        if value is None:
+            batch.delete(key, handle)
+        else:
+            batch.put(key, _LONG.pack(value), handle)
+
+    def _flush_meta(self) -> None:
+        """Persist the committed offset and make everything durable."""
+        db = self._live_db()
+        batch = WriteBatch(raw_mode=True)
+        self._write_meta(batch, _COMMITTED_OFFSET, self.committed_offset)
+        db.write(batch)
+        db.flush_wal(True)
+
+    def _live_db(self) -> Rdict:
+        if self._db is None:
+            raise RuntimeError(
+                f"state store {self.name!r} is not open: call init(state_dir) before using it"
+            )
+        return self._db
+
+    def _wipe(self) -> None:
+        self._release()
+        if self._path is not None and self._path.exists():
+            Rdict.destroy(str(self._path), _options())
+            shutil.rmtree(self._path, ignore_errors=True)
+        self.committed_offset = None
+
+
+class RocksDBKeyValueStore(_RocksDBStore, KeyValueStore):
+    """A persistent key-value store in ``state_dir / name``."""
+
+    def __init__(self, name: str) -> None:
+        KeyValueStore.__init__(self, name, persistent=True)
+        _RocksDBStore.__init__(self)
+
+    def init(self, state_dir: Path | None) -> None:
+        self._open(state_dir)
+
+    def flush(self) -> None:
+        self._flush_meta()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._flush_meta()
+        self._release()
+
+    def destroy(self) -> None:
+        self._wipe()
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self._live_db().get(key)
+        return value
+
+    def put(self, key: bytes, value: bytes | None, timestamp_ms: int = 0) -> None:
+        db = self._live_db()
+        if value is None:
+            db.delete(key)
+        else:
+            db.put(key, bytes(value))
+        self._log(key, value, timestamp_ms)
+
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return _scan(self._live_db(), from_key, to_key)
+
+    def approximate_num_entries(self) -> int:
+        count = self._live_db().property_int_value("rocksdb.estimate-num-keys")
+        return int(count or 0)
+
+    def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        db = self._live_db()
+        batch = WriteBatch(raw_mode=True)
+        for record in records:
+            if record.value is None:
+                batch.delete(record.key)
+            else:
+                batch.put(record.key, bytes(record.value))
+        db.write(batch)
+
+
+class RocksDBWindowStore(_RocksDBStore, WindowStore):
+    """A persistent window store, segmented by window start.
+
+    ``segment_interval_ms`` defaults to Kafka Streams' choice, ``max(retention / 2, 60 s)``:
+    about three segments live at a time. Reads filter by retention exactly; segments only decide
+    when the bytes of expired windows are reclaimed.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        retention_ms: int,
+        window_size_ms: int,
+        retain_duplicates: bool = False,
+        segment_interval_ms: int | None = None,
+    ) -> None:
+        WindowStore.__init__(self, name, True, retention_ms, window_size_ms, retain_duplicates)
+        _RocksDBStore.__init__(self)
+        if segment_interval_ms is None:
+            segment_interval_ms = max(retention_ms // 2, 60_000)
+        if segment_interval_ms <= 0:
+            raise ValueError(f"segment_interval_ms must be positive, got {segment_interval_ms}")
+        self.segment_interval_ms = segment_interval_ms
+        self._segments: dict[int, Rdict] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def init(self, state_dir: Path | None) -> None:
+        if self._db is not None:
+            return
+        families = self._open(state_dir)
+        db = self._live_db()
+        for family in families:
+            if family.startswith(_SEGMENT_PREFIX):
+                segment_id = int(family[len(_SEGMENT_PREFIX) :])
+                self._segments[segment_id] = db.get_column_family(family)
+        assert self._meta is not None
+        raw_time = self._meta.get(_STREAM_TIME)
+        self.observed_stream_time = -(2**63) if raw_time is None else _LONG.unpack(raw_time)[0]
+        raw_seq = self._meta.get(_SEQNUM)
+        self._seqnum = 0 if raw_seq is None else _LONG.unpack(raw_seq)[0]
+
+    def flush(self) -> None:
+        self._flush_meta()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._flush_meta()
+        self._segments.clear()
+        self._release()
+
+    def destroy(self) -> None:
+        self._segments.clear()
+        self._wipe()
+        self.observed_stream_time = -(2**63)
+        self._seqnum = 0
+
+    @property
+    def segment_ids(self) -> list[int]:
+        """Ids of the segments on disk (for tests and metrics)."""
+        return sorted(self._segments)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def put(
+        self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
+    ) -> None:
+        db = self._live_db()
+        batch = WriteBatch(raw_mode=True)
+        self._drop_segments(self._advance(batch, window_start_ms))
+        if window_start_ms <= self.expired_before() or (value is None and self.retain_duplicates):
+            # Expired (too late) or a tombstone a duplicate-keeping store cannot place: no write,
+            # no changelog record; only the stream time may have moved.
+            db.write(batch)
+            return
+        seqnum = self._next_seqnum()
+        if self.retain_duplicates:
+            self._write_meta(batch, _SEQNUM, self._seqnum)
+        store_key = window_store_key(key, window_start_ms, seqnum)
+        self._stage(batch, store_key, window_start_ms, value)
+        # One batch: the data and the stream time it implies land together or not at all.
+        db.write(batch)
+        self._log(store_key, value, timestamp_ms)
+
+    def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        db = self._live_db()
+        batch = WriteBatch(raw_mode=True)
+        for record in records:
+            _, start, seqnum = parse_window_store_key(record.key)
+            dead = self._advance(batch, start)
+            if dead:
+                # Writes staged for a segment must land before that segment is dropped.
+                db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+                self._drop_segments(dead)
+            if start <= self.expired_before():
+                continue
+            if self.retain_duplicates and seqnum > self._seqnum:
+                self._seqnum = seqnum
+                self._write_meta(batch, _SEQNUM, seqnum)
+            self._stage(batch, bytes(record.key), start, record.value)
+        db.write(batch)
+
+    def _stage(self, batch: WriteBatch, store_key: bytes, start: int, value: bytes | None) -> None:
+        segment_id = start // self.segment_interval_ms
+        if value is None:
+            if segment_id in self._segments:
+                batch.delete(store_key, self._handle(segment_id))
+            return
+        self._segment(segment_id)
+        batch.put(store_key, bytes(value), self._handle(segment_id))
+
+    def _advance(self, batch: WriteBatch, window_start_ms: int) -> list[int]:
+        """Move stream time forward; return the segments that it killed (not yet dropped)."""
+        if window_start_ms <= self.observed_stream_time:
+            return []
+        self.observed_stream_time = window_start_ms
+        self._write_meta(batch, _STREAM_TIME, window_start_ms)
+        # A segment is dead once its last possible start is expired.
+        expired = self.expired_before()
+        interval = self.segment_interval_ms
+        return [s for s in self._segments if (s + 1) * interval - 1 <= expired]
+
+    def _segment(self, segment_id: int) -> Rdict:
+        segment = self._segments.get(segment_id)
+        if segment is None:
+            db = self._live_db()
+            segment = db.create_column_family(f"{_SEGMENT_PREFIX}{segment_id}", _options())
+            self._segments[segment_id] = segment
+        return segment
+
+    def _handle(self, segment_id: int) -> Any:
+        return self._live_db().get_column_family_handle(f"{_SEGMENT_PREFIX}{segment_id}")
+
+    def _drop_segments(self, segment_ids: list[int]) -> None:
+        for segment_id in segment_ids:
+            del self._segments[segment_id]  # the handle keeps the family alive; let it go first
+            self._live_db().drop_column_family(f"{_SEGMENT_PREFIX}{segment_id}")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
+        self._live_db()
+        if window_start_ms <= self.expired_before():
+            return None
+        segment = self._segments.get(window_start_ms // self.segment_interval_ms)
+        if segment is None:
+            return None
+        if not self.retain_duplicates:
+            value: bytes | None = segment.get(window_store_key(key, window_start_ms, 0))
+            return value
+        for _, value in self.fetch_range(key, window_start_ms, window_start_ms):
+            return value
+        return None
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        self._live_db()
+        for segment_id, lo, hi in self._segments_between(time_from, time_to):
+            # Other keys that extend this key interleave in byte order; skip them by parsing.
+            lower = window_store_key(key, lo, 0)
+            upper = window_store_key(key, hi, -1)  # seqnum -1 is 0xffffffff: the highest
+            for store_key, value in _scan(self._segments[segment_id], lower, upper):
+                found_key, start, _ = parse_window_store_key(store_key)
+                if found_key == key and lo <= start <= hi:
+                    yield start, value
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        self._live_db()
+        for segment_id, lo, hi in self._segments_between(time_from, time_to):
+            # Segments are keyed key-first; order one segment's matches by time in memory.
+            matches = []
+            for store_key, value in _scan(self._segments[segment_id], None, None):
+                key, start, seqnum = parse_window_store_key(store_key)
+                if lo <= start <= hi:
+                    matches.append((start, key, seqnum, value))
+            matches.sort(key=lambda m: (m[0], m[1], m[2]))
+            for start, key, _, value in matches:
+                yield key, start, value
+
+    def _segments_between(self, time_from: int, time_to: int) -> list[tuple[int, int, int]]:
+        """(segment id, first start, last start) of live segments overlapping the range."""
+        time_from = max(time_from, self.expired_before() + 1)
+        if time_from > time_to:
+            return []
+        interval = self.segment_interval_ms
+        first, last = time_from // interval, time_to // interval
+        return [
+            (s, max(time_from, s * interval), min(time_to, (s + 1) * interval - 1))
+            for s in sorted(self._segments)
+            if first <= s <= last
+        ]
+
+    def approximate_num_entries(self) -> int:
+        return sum(
+            int(segment.property_int_value("rocksdb.estimate-num-keys") or 0)
+            for segment in self._segments.values()
+        )

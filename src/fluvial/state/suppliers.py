@@ -1,0 +1,92 @@
+"""Store suppliers: what a topology holds instead of a store.
+
+A topology is a description, built once and run by many tasks; each task needs its own store
+instance. A supplier carries the store's name and shape (which the runtime also needs to create
+the changelog topic) and makes a fresh store on every :meth:`StoreSupplier.get`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fluvial.state.base import KeyValueStore, StateStore
+from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
+from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
+from fluvial.state.timestamped import TimestampedKeyValueStore
+
+StoreKind = Literal["key_value", "window"]
+
+
+@dataclass(frozen=True)
+class StoreSupplier:
+    """Makes new instances of one named store.
+
+    ``retention_ms`` is set for window stores; the changelog topic of such a store is
+    ``compact,delete`` with retention ``retention_ms`` + 1 day.
+    """
+
+    name: str
+    persistent: bool
+    kind: StoreKind
+    factory: Callable[[], StateStore] = field(repr=False, compare=False)
+    timestamped: bool = False
+    retention_ms: int | None = None
+    window_size_ms: int | None = None
+    retain_duplicates: bool = False
+
+    def get(self) -> StateStore:
+        """A new, not yet initialised store."""
+        return self.factory()
+
+
+def key_value_store_supplier(
+    name: str, persistent: bool = True, *, timestamped: bool = False
+) -> StoreSupplier:
+    """Supplier of key-value stores; ``timestamped`` gives :class:`TimestampedKeyValueStore`."""
+    _check_name(name)
+
+    def make() -> StateStore:
+        inner: KeyValueStore = (
+            RocksDBKeyValueStore(name) if persistent else InMemoryKeyValueStore(name)
+        )
+        return TimestampedKeyValueStore(inner) if timestamped else inner
+
+    return StoreSupplier(name, persistent, "key_value", make, timestamped=timestamped)
+
+
+def window_store_supplier(
+    name: str,
+    persistent: bool = True,
+    *,
+    retention_ms: int,
+    window_size_ms: int,
+    retain_duplicates: bool = False,
+) -> StoreSupplier:
+    """Supplier of window stores that keep windows for ``retention_ms`` of stream time."""
+    _check_name(name)
+
+    def make() -> StateStore:
+        if persistent:
+            return RocksDBWindowStore(name, retention_ms, window_size_ms, retain_duplicates)
+        return InMemoryWindowStore(name, retention_ms, window_size_ms, retain_duplicates)
+
+    make()  # validates retention and size now, at topology build time, not in the first task
+    return StoreSupplier(
+        name,
+        persistent,
+        "window",
+        make,
+        retention_ms=retention_ms,
+        window_size_ms=window_size_ms,
+        retain_duplicates=retain_duplicates,
+    )
+
+
+def _check_name(name: str) -> None:
+    # The name becomes a directory and part of a topic name.
+    if not name or any(c in name for c in "/\\") or name in (".", ".."):
+        raise ValueError(
+            f"store name {name!r} is invalid: use a non-empty name without path separators"
+        )
