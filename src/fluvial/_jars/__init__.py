@@ -1,0 +1,1 @@
+"""Maven poms for the JVM parts fluvial runs: the local Kafka broker and Spark's Kafka connector."""

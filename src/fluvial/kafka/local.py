@@ -1,0 +1,403 @@
+"""A local Apache Kafka cluster in KRaft mode, provisioned from Maven-resolved jars.
+
+One data directory holds one cluster: a ``cluster.json`` with its ports and cluster id, and one
+folder per broker with its ``server.properties``, log directory, broker log and pid file. Every
+command (start, status, stop, logs) addresses a cluster by its data directory, so tests and
+benchmarks can run several clusters on different ports at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from fluvial.errors import KafkaSetupError
+from fluvial.jvm import classpath, java_executable, resolve_jars
+
+KAFKA_VERSION = "4.3.1"
+DEFAULT_PORT = 9092
+DEFAULT_HEAP = "1g"
+HOST = "127.0.0.1"
+
+_LOG4J2 = """\
+Configuration:
+  status: warn
+  Appenders:
+    RollingFile:
+      name: file
+      fileName: "{log}"
+      filePattern: "{log}.%i"
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+      SizeBasedTriggeringPolicy:
+        size: 20MB
+      DefaultRolloverStrategy:
+        max: 2
+  Loggers:
+    Root:
+      level: info
+      AppenderRef:
+        - ref: file
+    Logger:
+      - name: kafka.request.logger
+        level: warn
+      - name: org.apache.kafka.controller
+        level: warn
+      - name: state.change.logger
+        level: warn
+"""
+
+
+def default_data_dir(port: int = DEFAULT_PORT) -> Path:
+    """``$FLUVIAL_HOME/kafka-<port>`` (``~/.fluvial`` by default): one cluster per port."""
+    home = Path(os.environ.get("FLUVIAL_HOME") or Path.home() / ".fluvial")
+    return home / f"kafka-{port}"
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A port the OS considers free right now (for tests that need a private cluster)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class _ClusterFile:
+    cluster_id: str
+    brokers: int
+    port: int
+    controller_ports: list[int]
+    heap: str
+
+
+class LocalKafka:
+    """A local KRaft cluster of 1 or more combined broker/controller nodes on 127.0.0.1.
+
+    Use it as a context manager (``with LocalKafka(port=...) as kafka: kafka.bootstrap_servers``)
+    or call ``start()``/``stop()``. ``start()`` is idempotent; data survives ``stop()``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        *,
+        port: int = DEFAULT_PORT,
+        brokers: int = 1,
+        heap: str = DEFAULT_HEAP,
+        startup_timeout_s: float = 90.0,
+        stop_on_exit: bool = True,
+    ) -> None:
+        if brokers < 1:
+            raise KafkaSetupError(f"--brokers must be at least 1, got {brokers}")
+        self.data_dir = Path(data_dir) if data_dir else default_data_dir(port)
+        self.port = port
+        self.brokers = brokers
+        self.heap = heap
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_on_exit = stop_on_exit
+        saved = self._read_cluster_file()
+        if saved is not None:
+            # An existing cluster keeps the shape it was formatted with.
+            self.port, self.brokers = saved.port, saved.brokers
+
+    # -- addressing ---------------------------------------------------------------------------
+
+    @property
+    def broker_ports(self) -> list[int]:
+        return [self.port + i for i in range(self.brokers)]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{HOST}:{p}" for p in self.broker_ports)
+
+    def broker_dir(self, node_id: int) -> Path:
+        return self.data_dir / f"broker-{node_id}"
+
+    def log_file(self, node_id: int = 1) -> Path:
+        return self.broker_dir(node_id) / "server.log"
+
+    def pid(self, node_id: int) -> int | None:
+        try:
+            pid = int((self.broker_dir(node_id) / "broker.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def node_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, progress: Callable[[str], None] | None = None) -> str:
+        """Start every node that is not running, wait until the cluster serves, return bootstrap."""
+        say = progress or (lambda _msg: None)
+        if self.is_running():
+            return self.bootstrap_servers
+        java = java_executable()
+        say(f"resolving Apache Kafka {KAFKA_VERSION} jars with Maven (cached after the first time)")
+        cp = classpath(resolve_jars("kafka.xml"))
+        cluster = self._read_cluster_file() or self._new_cluster_file()
+        for node_id in self.node_ids():
+            if self.pid(node_id) is not None:
+                continue
+            port = self.broker_ports[node_id - 1]
+            if not port_is_free(port):
+                raise KafkaSetupError(
+                    f"port {port} on {HOST} is already in use: choose another with --port, or stop "
+                    f"whatever holds it (fluvial kafka stop --port {port} if it is a fluvial cluster)"
+                )
+            self._write_node_config(cluster, node_id)
+            self._format_if_needed(java, cp, cluster, node_id)
+            say(f"starting broker {node_id} on {HOST}:{port}")
+            self._launch(java, cp, node_id)
+        self._wait_ready(say)
+        return self.bootstrap_servers
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every node: SIGTERM for a clean shutdown, SIGKILL if it does not exit in time."""
+        pids = [p for p in (self.pid(n) for n in self.node_ids()) if p is not None]
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+            time.sleep(0.1)
+        for pid in pids:
+            if _pid_alive(pid):
+                _signal(pid, signal.SIGKILL)
+        for pid in pids:
+            _reap(pid)
+        for node_id in self.node_ids():
+            (self.broker_dir(node_id) / "broker.pid").unlink(missing_ok=True)
+
+    def kill_broker(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to one broker (fault injection: ``kill -9``, ``SIGSTOP``)."""
+        pid = self.pid(node_id)
+        if pid is None:
+            raise KafkaSetupError(f"broker {node_id} is not running")
+        _signal(pid, sig)
+        if sig == signal.SIGKILL:
+            _reap(pid)
+            (self.broker_dir(node_id) / "broker.pid").unlink(missing_ok=True)
+
+    def start_broker(self, node_id: int) -> None:
+        """Restart one stopped broker of a running cluster and wait until it serves again."""
+        if self.pid(node_id) is None:
+            self._launch(java_executable(), classpath(resolve_jars("kafka.xml")), node_id)
+        self._wait_ready(lambda _m: None)
+
+    def is_running(self) -> bool:
+        return all(self.pid(n) is not None for n in self.node_ids()) and self._serving()
+
+    def status(self) -> dict[str, object]:
+        nodes = {
+            node_id: {"pid": self.pid(node_id), "port": self.broker_ports[node_id - 1]}
+            for node_id in self.node_ids()
+        }
+        return {
+            "data_dir": str(self.data_dir),
+            "bootstrap_servers": self.bootstrap_servers,
+            "kafka_version": KAFKA_VERSION,
+            "brokers": nodes,
+            "serving": self._serving(),
+        }
+
+    def tail_log(self, node_id: int = 1, lines: int = 40) -> str:
+        path = self.log_file(node_id)
+        stdout = self.broker_dir(node_id) / "stdout.log"
+        text = ""
+        for candidate in (path, stdout):
+            if candidate.exists():
+                text += "".join(candidate.read_text(errors="replace").splitlines(True)[-lines:])
+        return text
+
+    def __enter__(self) -> LocalKafka:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.stop_on_exit:
+            self.stop()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _cluster_path(self) -> Path:
+        return self.data_dir / "cluster.json"
+
+    def _read_cluster_file(self) -> _ClusterFile | None:
+        try:
+            return _ClusterFile(**json.loads(self._cluster_path().read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _new_cluster_file(self) -> _ClusterFile:
+        controller_ports: list[int] = []
+        while len(controller_ports) < self.brokers:
+            candidate = free_port()
+            if candidate not in controller_ports and candidate not in self.broker_ports:
+                controller_ports.append(candidate)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster = _ClusterFile(cluster_id, self.brokers, self.port, controller_ports, self.heap)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._cluster_path().write_text(json.dumps(asdict(cluster), indent=2))
+        return cluster
+
+    def _write_node_config(self, cluster: _ClusterFile, node_id: int) -> None:
+        node_dir = self.broker_dir(node_id)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        voters = ",".join(
+            f"{n}@{HOST}:{cluster.controller_ports[n - 1]}" for n in range(1, cluster.brokers + 1)
+        )
+        replication = min(3, cluster.brokers)
+        # One node cannot meet the default transaction-log settings (RF 3, min ISR 2).
+        min_isr = 2 if cluster.brokers >= 3 else 1
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{HOST}:{self.broker_ports[node_id - 1]},"
+            f"CONTROLLER://{HOST}:{cluster.controller_ports[node_id - 1]}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.broker_ports[node_id - 1]}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": node_dir / "logs",
+            "num.partitions": 1,
+            "default.replication.factor": replication,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replication,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": 10,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "true",
+            "delete.topic.enable": "true",
+            "log.retention.hours": -1,
+            "log.segment.bytes": 64 * 1024 * 1024,
+            "unclean.leader.election.enable": "false",
+        }
+        text = "".join(f"{key}={value}\n" for key, value in props.items())
+        (node_dir / "server.properties").write_text(text)
+        (node_dir / "log4j2.yaml").write_text(_LOG4J2.format(log=node_dir / "server.log"))
+
+    def _format_if_needed(self, java: str, cp: str, cluster: _ClusterFile, node_id: int) -> None:
+        node_dir = self.broker_dir(node_id)
+        if (node_dir / "logs" / "meta.properties").exists():
+            return
+        cmd = [
+            java, "-cp", cp, f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
+            "kafka.tools.StorageTool", "format", "-t", cluster.cluster_id,
+            "-c", str(node_dir / "server.properties"), "--ignore-formatted",
+        ]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise KafkaSetupError(
+                f"formatting the storage of broker {node_id} failed: "
+                f"{(result.stderr or result.stdout).strip()[-800:]}"
+            )
+
+    def _launch(self, java: str, cp: str, node_id: int) -> None:
+        node_dir = self.broker_dir(node_id)
+        cmd = [
+            java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
+            f"-Dkafka.logs.dir={node_dir}",
+            "-cp", cp, "kafka.Kafka", str(node_dir / "server.properties"),
+        ]  # fmt: skip
+        with open(node_dir / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C in the terminal must not kill the broker
+            )  # fmt: skip
+        (node_dir / "broker.pid").write_text(str(proc.pid))
+
+    def _serving(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        if not any(not port_is_free(p) for p in self.broker_ports):
+            return False
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        try:
+            metadata = admin.list_topics(timeout=3)
+        except Exception:
+            return False
+        return len(metadata.brokers) == self.brokers
+
+    def _wait_ready(self, say: Callable[[str], None]) -> None:
+        say("waiting for the cluster to elect a controller and register every broker")
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            dead = [n for n in self.node_ids() if self.pid(n) is None]
+            if dead:
+                raise KafkaSetupError(
+                    f"broker {dead[0]} exited during start-up; the end of its log:\n"
+                    + self.tail_log(dead[0])
+                )
+            if self._serving():
+                return
+            time.sleep(0.5)
+        raise KafkaSetupError(
+            f"the cluster did not come up within {self.startup_timeout_s:.0f} s; "
+            "the end of broker 1's log:\n" + self.tail_log(1)
+        )
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect a broker that this process started, so no zombie entry is left behind."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not our child: its own parent (or init) reaps it
+        if done:
+            return
+        time.sleep(0.05)

@@ -1,0 +1,51 @@
+"""Build a SparkSession with Spark's Kafka connector on its classpath."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from fluvial.jvm import java_executable, resolve_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def local_spark_session(
+    master: str = "local[*]",
+    *,
+    app_name: str = "fluvial",
+    driver_memory: str = "1g",
+    shuffle_partitions: int = 4,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession (``local[*]`` by default) that can read and write Kafka.
+
+    The connector jars (``spark-sql-kafka-0-10`` matching pyspark, with its dependencies) are
+    resolved from Maven Central once and passed as ``spark.jars``. Memory stays modest so that a
+    local Kafka and Spark fit side by side on a small machine. Speculation stays off: a
+    speculative copy of a side-effecting task would be a zombie writer.
+    """
+    from pyspark.sql import SparkSession
+
+    java = java_executable()  # fail early, with the fix, if Java 17+ is missing
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("JAVA_HOME", os.path.dirname(os.path.dirname(os.path.realpath(java))))
+    jars = ",".join(str(j) for j in resolve_jars("spark-kafka.xml"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", jars)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.speculation", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
