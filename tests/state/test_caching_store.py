@@ -10,7 +10,7 @@ from fluvial.state import (
     ChangelogRecord,
     ThreadCache,
 )
-from fluvial.state.cache import ENTRY_OVERHEAD
+from fluvial.state.caching import ENTRY_OVERHEAD
 
 
 class Flushes(list):

@@ -18,7 +18,7 @@ from fluvial.state.base import (
     to_timestamped_bytes,
     window_store_key,
 )
-from fluvial.state.cache import (
+from fluvial.state.caching import (
     CachingKeyValueStore,
     CachingWindowStore,
     FlushListener,
