@@ -196,5 +196,5 @@ def test_custom_serde_must_return_bytes():
 
 def test_windowed_inner_serde_errors_propagate():
     serde = serdes.time_windowed(serdes.long(), 10)
-    with pytest.raises(SerializationError, match="long serde"):
+    with pytest.raises(SerializationError, match="long serde on topic 't'"):
         serde.deserialize("t", b"\x01" + b"\x00" * 8)

@@ -49,9 +49,24 @@ class Serde(Generic[T]):
         deserialize_fn: Callable[[bytes], T],
         name: str = "custom",
     ) -> None:
-        self._serialize_fn = serialize_fn
-        self._deserialize_fn = deserialize_fn
+        self._serialize_fn: Callable[[str | None, T], bytes] = lambda _topic, obj: serialize_fn(obj)
+        self._deserialize_fn: Callable[[str | None, bytes], T] = lambda _topic, data: (
+            deserialize_fn(data)
+        )
         self.name = name
+
+    @classmethod
+    def _with_topic(
+        cls,
+        serialize_fn: Callable[[str | None, T], bytes],
+        deserialize_fn: Callable[[str | None, bytes], T],
+        name: str,
+    ) -> Serde[T]:
+        """A serde whose functions also see the topic: for wrappers that call an inner serde."""
+        serde: Serde[T] = cls(bytes, bytes, name)  # type: ignore[arg-type]
+        serde._serialize_fn = serialize_fn
+        serde._deserialize_fn = deserialize_fn
+        return serde
 
     @classmethod
     def of(
@@ -68,7 +83,7 @@ class Serde(Generic[T]):
         if obj is None:
             return None
         try:
-            data = self._serialize_fn(obj)
+            data = self._serialize_fn(topic, obj)
         except SerializationError:
             raise
         except Exception as exc:
@@ -89,7 +104,7 @@ class Serde(Generic[T]):
         if data is None:
             return None
         try:
-            return self._deserialize_fn(data)
+            return self._deserialize_fn(topic, data)
         except SerializationError:
             raise
         except Exception as exc:
@@ -229,18 +244,18 @@ def time_windowed(inner: Serde[K], window_size_ms: int) -> Serde[Windowed[K]]:
         raise ValueError(f"window_size_ms must be positive, got {window_size_ms}")
     name = f"time_windowed({inner.name})"
 
-    def ser(windowed: Windowed[K]) -> bytes:
-        return _inner_bytes(inner, windowed, name) + _LONG.pack(windowed.window.start_ms)
+    def ser(topic: str | None, windowed: Windowed[K]) -> bytes:
+        return _inner_bytes(inner, topic, windowed, name) + _LONG.pack(windowed.window.start_ms)
 
-    def de(data: bytes) -> Windowed[K]:
+    def de(topic: str | None, data: bytes) -> Windowed[K]:
         if len(data) < 8:
             raise _FixedWidthError(f"expected at least 8 bytes, got {len(data)}")
-        key = inner.deserialize(None, data[:-8])
+        key = inner.deserialize(topic, data[:-8])
         start = _LONG.unpack(data[-8:])[0]
         end = min(start + window_size_ms, _MAX_LONG)
         return Windowed(key, Window(start, end))  # type: ignore[arg-type]
 
-    return Serde(ser, de, name)
+    return Serde._with_topic(ser, de, name)
 
 
 def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
@@ -250,29 +265,29 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
     """
     name = f"session_windowed({inner.name})"
 
-    def ser(windowed: Windowed[K]) -> bytes:
+    def ser(topic: str | None, windowed: Windowed[K]) -> bytes:
         window = windowed.window
         return (
-            _inner_bytes(inner, windowed, name)
+            _inner_bytes(inner, topic, windowed, name)
             + _LONG.pack(window.end_ms)
             + _LONG.pack(window.start_ms)
         )
 
-    def de(data: bytes) -> Windowed[K]:
+    def de(topic: str | None, data: bytes) -> Windowed[K]:
         if len(data) < 16:
             raise _FixedWidthError(f"expected at least 16 bytes, got {len(data)}")
-        key = inner.deserialize(None, data[:-16])
+        key = inner.deserialize(topic, data[:-16])
         end = _LONG.unpack(data[-16:-8])[0]
         start = _LONG.unpack(data[-8:])[0]
         return Windowed(key, Window(start, end))  # type: ignore[arg-type]
 
-    return Serde(ser, de, name)
+    return Serde._with_topic(ser, de, name)
 
 
-def _inner_bytes(inner: Serde[K], windowed: Windowed[K], name: str) -> bytes:
+def _inner_bytes(inner: Serde[K], topic: str | None, windowed: Windowed[K], name: str) -> bytes:
     if not isinstance(windowed, Windowed):
         raise TypeError(f"expected Windowed, got {type(windowed).__name__}")
-    data = inner.serialize(None, windowed.key)
+    data = inner.serialize(topic, windowed.key)
     if data is None:
         raise ValueError(f"{name} cannot serialize a windowed key whose inner key is None")
     return data

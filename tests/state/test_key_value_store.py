@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fluvial.errors import StreamsError
 from fluvial.state import ChangelogRecord, InMemoryKeyValueStore, RocksDBKeyValueStore
 
 
@@ -229,3 +230,16 @@ def test_in_memory_destroy_forgets_everything():
     store.init(None)
     assert list(store.all()) == []
     assert store.committed_offset is None
+
+
+def test_rocksdb_explains_a_held_lock(tmp_path):
+    first = RocksDBKeyValueStore("kv")
+    first.init(tmp_path)
+    second = RocksDBKeyValueStore("kv")
+    try:
+        with pytest.raises(StreamsError, match="cannot open RocksDB store 'kv'.*close it first"):
+            second.init(tmp_path)
+    finally:
+        first.close()
+    second.init(tmp_path)  # free once the first instance is closed
+    second.close()

@@ -147,3 +147,13 @@ def test_suppliers_validate_at_build_time():
         window_store_supplier("w", retention_ms=10, window_size_ms=100)
     with pytest.raises(ValueError, match="store name"):
         key_value_store_supplier("a/b")
+
+
+def test_window_supplier_accepts_timedeltas():
+    from datetime import timedelta
+
+    supplier = window_store_supplier(
+        "w", False, retention_ms=timedelta(hours=1), window_size_ms=timedelta(seconds=5)
+    )
+    assert (supplier.retention_ms, supplier.window_size_ms) == (3_600_000, 5000)
+    assert supplier.get().retention_ms == 3_600_000

@@ -23,6 +23,7 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from fluvial.errors import StreamsError
 from fluvial.state.base import (
     ChangelogRecord,
     KeyValueStore,
@@ -107,7 +108,14 @@ class _RocksDBStore:
             families = ["default"]
         wanted = {cf: _options() for cf in families if cf != "default"}
         wanted[_META_CF] = _options()
-        self._db = Rdict(str(self._path), options, column_families=wanted)
+        try:
+            self._db = Rdict(str(self._path), options, column_families=wanted)
+        except Exception as exc:
+            raise StreamsError(
+                f"cannot open RocksDB store {self.name!r} at {self._path}: {exc}. If the lock is "
+                "held, another store instance (in this or another process) still has it open: "
+                "close it first, or give each task its own state directory"
+            ) from exc
         self._meta = self._db.get_column_family(_META_CF)
         raw = self._meta.get(_COMMITTED_OFFSET)
         self.committed_offset = None if raw is None else _LONG.unpack(raw)[0]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
+from fluvial.config import to_millis
 from fluvial.state.base import KeyValueStore, StateStore
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
@@ -60,12 +62,14 @@ def window_store_supplier(
     name: str,
     persistent: bool = True,
     *,
-    retention_ms: int,
-    window_size_ms: int,
+    retention_ms: int | timedelta,
+    window_size_ms: int | timedelta,
     retain_duplicates: bool = False,
 ) -> StoreSupplier:
     """Supplier of window stores that keep windows for ``retention_ms`` of stream time."""
     _check_name(name)
+    retention_ms = to_millis(retention_ms, "retention_ms")
+    window_size_ms = to_millis(window_size_ms, "window_size_ms")
 
     def make() -> StateStore:
         if persistent:
