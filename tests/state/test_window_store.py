@@ -249,3 +249,13 @@ def test_rocksdb_drops_expired_segments(tmp_path):
     assert reopened.segment_ids == [1, 3]
     assert list(reopened.all()) == [(b"k", 1600, b"c")]
     reopened.close()
+
+
+def test_negative_window_starts_sort_before_positive_ones(make_window):
+    # Big-endian signed bytes put -1 after +1; stores must still answer in numeric order.
+    store = make_window(retention_ms=10_000)
+    for start in [50, -50, 0, -1000, 1000]:
+        store.put(b"k", str(start).encode(), start)
+    assert [s for s, _ in store.fetch_range(b"k", -5000, 5000)] == [-1000, -50, 0, 50, 1000]
+    assert [s for s, _ in store.fetch_range(b"k", -60, 10)] == [-50, 0]
+    assert [s for _, s, _ in store.all()] == [-1000, -50, 0, 50, 1000]
