@@ -1,1 +1,59 @@
+"""fluvial: Kafka Streams' design for Python — revisions, grace periods and exactly-once.
+
+The public names users need are importable from here; see ``shared/API.md``.
+``SlidingWindows``, ``SessionWindows`` and ``JoinWindows`` arrive with the joins and windows
+work (issue 4) and are not exported until they exist.
+"""
+
+from fluvial import serdes
+from fluvial.config import StreamsConfig
+from fluvial.dsl import (
+    Branched,
+    BufferConfig,
+    Consumed,
+    EmitStrategy,
+    Grouped,
+    KStream,
+    KTable,
+    Materialized,
+    Named,
+    Produced,
+    Repartitioned,
+    StreamsBuilder,
+    Suppressed,
+    TimeWindows,
+)
+from fluvial.processor import Processor, ProcessorContext, PunctuationType, Stores
+from fluvial.records import KeyValue, Record, Window, Windowed
+from fluvial.topology import Topology
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "Branched",
+    "BufferConfig",
+    "Consumed",
+    "EmitStrategy",
+    "Grouped",
+    "KStream",
+    "KTable",
+    "KeyValue",
+    "Materialized",
+    "Named",
+    "Processor",
+    "ProcessorContext",
+    "Produced",
+    "PunctuationType",
+    "Record",
+    "Repartitioned",
+    "Stores",
+    "StreamsBuilder",
+    "StreamsConfig",
+    "Suppressed",
+    "TimeWindows",
+    "Topology",
+    "Window",
+    "Windowed",
+    "__version__",
+    "serdes",
+]

@@ -1,0 +1,167 @@
+"""Stream aggregations: count, reduce and aggregate, per key and per (window, key).
+
+Aggregates live in the task's state store, so they survive restarts via the changelog; each
+update emits a revision ``Change(new, old)`` keyed by the key (or ``Windowed`` key).
+
+Windowed aggregation applies the completeness rule: a window accepts a record only while
+``window_end > stream_time - grace``. Later records are dropped and counted in
+``dropped-records``; the output is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fluvial.dsl.change import Change
+from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
+from fluvial.dsl.windows import TimeWindows
+from fluvial.processor.api import Processor
+from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.records import Record, Window, Windowed
+from fluvial.serdes import Serde
+from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes
+
+log = logging.getLogger(__name__)
+
+Initializer = Callable[[], Any]
+Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate) -> aggregate
+
+
+class StreamAggregateProcessor(Processor[Any, Any]):
+    """``KGroupedStream`` count/reduce/aggregate. ``initializer`` None means reduce."""
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        initializer: Initializer | None,
+        aggregator: Aggregator,
+    ) -> None:
+        self.store_name = store_name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.value_serde)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None or record.value is None:
+            log.debug("skipping record with null key or value in %s", self.store_name)
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
+        found = self.store.get(key_bytes)
+        old = None if found is None else self.value_serde.deserialize(None, found[0])
+        timestamp = record.timestamp_ms if found is None else max(record.timestamp_ms, found[1])
+        if found is None and self.initializer is None:
+            new = record.value  # reduce: the first value is the aggregate
+        else:
+            base = old if found is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, base)
+        self.store.put(key_bytes, self.value_serde.serialize(None, new), timestamp)
+        self.forwarder.maybe_forward(record.key, new, old, timestamp)
+
+
+class WindowedAggregateProcessor(Processor[Any, Any]):
+    """``TimeWindowedKStream`` count/reduce/aggregate over a window store.
+
+    Store values are the aggregate prefixed with the timestamp of its latest record, so each
+    revision carries the time of the newest record in its window.
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        windows: TimeWindows,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        initializer: Initializer | None,
+        aggregator: Aggregator,
+        emit_on_close: bool,
+    ) -> None:
+        self.store_name = store_name
+        self.windows = windows
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.emit_on_close = emit_on_close
+        self._emitted_up_to = -(2**63)  # windows starting at or before this were emitted
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forwarder = WindowForwarder(
+            context,
+            self.store,
+            self.key_serde,
+            self.value_serde,
+            self.windows.size_ms,
+            enabled=not self.emit_on_close,
+        )
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None or record.value is None:
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        stream_time = self.context.current_stream_time_ms()
+        if self.emit_on_close:
+            # Before writing: the write may expire closed windows from the store.
+            self._emit_closed(stream_time)
+        close_time = stream_time - self.windows.grace_ms
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
+        for window in self.windows.windows_for(record.timestamp_ms):
+            if window.end_ms <= close_time:
+                log.debug(
+                    "dropping record at %d for closed window %s (stream time %d, grace %d)",
+                    record.timestamp_ms, window, stream_time, self.windows.grace_ms,
+                )  # fmt: skip
+                self.context.metrics.increment(DROPPED_RECORDS)
+                continue
+            self._update(key_bytes, record, window)
+
+    def _update(self, key_bytes: bytes, record: Record[Any, Any], window: Window) -> None:
+        raw = self.store.fetch(key_bytes, window.start_ms)
+        found = None if raw is None else from_timestamped_bytes(raw)
+        old = None if found is None else self.value_serde.deserialize(None, found[0])
+        timestamp = record.timestamp_ms if found is None else max(record.timestamp_ms, found[1])
+        if found is None and self.initializer is None:
+            new = record.value
+        else:
+            base = old if found is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, base)
+        new_bytes = self.value_serde.serialize(None, new)
+        assert new_bytes is not None
+        self.store.put(
+            key_bytes, to_timestamped_bytes(new_bytes, timestamp), window.start_ms, timestamp
+        )
+        self.forwarder.maybe_forward(record.key, window, new, old, timestamp)
+
+    def _emit_closed(self, stream_time: int) -> None:
+        """Emit each window once, when ``stream_time >= window_end + grace``."""
+        last_closed_start = stream_time - self.windows.grace_ms - self.windows.size_ms
+        if last_closed_start <= self._emitted_up_to:
+            return
+        for key_bytes, start, raw in list(
+            self.store.fetch_all(self._emitted_up_to + 1, last_closed_start)
+        ):
+            value, timestamp = from_timestamped_bytes(raw)
+            emit(
+                self.context,
+                Windowed(
+                    self.key_serde.deserialize(None, key_bytes),
+                    Window(start, start + self.windows.size_ms),
+                ),
+                Change(self.value_serde.deserialize(None, value), None),
+                timestamp,
+            )
+        self._emitted_up_to = last_closed_start

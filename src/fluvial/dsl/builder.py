@@ -1,0 +1,71 @@
+"""``StreamsBuilder``: where a topology starts (``stream``, ``table``) and ends (``build``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluvial.dsl import graph
+from fluvial.dsl.kstream import KStream
+from fluvial.dsl.ktable import KTable
+from fluvial.dsl.options import Consumed, Materialized
+from fluvial.dsl.table_ops import TableSourceProcessor
+from fluvial.processor.stores import StoreBuilder
+from fluvial.serdes import Serde
+from fluvial.topology.builder import InternalTopologyBuilder
+from fluvial.topology.topology import Topology
+
+
+class StreamsBuilder:
+    """Builds a topology with the DSL. Sources without serdes yield raw ``bytes``."""
+
+    def __init__(self) -> None:
+        self._itb = InternalTopologyBuilder()
+
+    def stream(
+        self,
+        topics: str | list[str],
+        consumed: Consumed | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KStream:
+        """A stream of the records of one topic (or several, interleaved by timestamp)."""
+        c = consumed or Consumed()
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        name = c.name or self._itb.new_processor_name(graph.SOURCE)
+        key_serde = key_serde or c.key_serde
+        value_serde = value_serde or c.value_serde
+        self._itb.add_source(name, topic_list, key_serde, value_serde)
+        return KStream(self, name, key_serde, value_serde)
+
+    def table(
+        self,
+        topic: str,
+        consumed: Consumed | None = None,
+        materialized: Materialized | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KTable:
+        """A table whose rows are the latest value per key of ``topic`` (``None`` deletes)."""
+        c = consumed or Consumed()
+        m = materialized or Materialized()
+        key_serde = key_serde or c.key_serde or m.key_serde
+        value_serde = value_serde or c.value_serde or m.value_serde
+        store = graph.store_name(self._itb, m, f"{topic}-")
+        source = f"{c.name}-source" if c.name else self._itb.new_processor_name(graph.SOURCE)
+        name = c.name or self._itb.new_processor_name("KTABLE-SOURCE-")
+        self._itb.add_source(source, [topic], key_serde, value_serde)
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [source])
+        self._itb.add_store(graph.kv_store_spec(store, m, k, v), name)
+        return KTable(self, name, key_serde, value_serde, store_name=store)
+
+    def add_state_store(self, store_builder: StoreBuilder) -> StreamsBuilder:
+        """Register a Processor API store; processors name it in ``KStream.process(..., name)``."""
+        self._itb.add_store(store_builder.build_spec())
+        return self
+
+    def build(self) -> Topology:
+        """Validate the topology; raises :class:`~fluvial.errors.TopologyError` naming problems."""
+        return self._itb.build()

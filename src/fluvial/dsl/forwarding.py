@@ -1,0 +1,107 @@
+"""Forwarding table revisions now, or when the record cache lets them out.
+
+With a cache, a store holds back consecutive updates of a key and hands the coalesced
+``(new, old)`` to a flush listener at the next commit (or eviction); the revision is forwarded
+then. Without one, it is forwarded right after the write. Either way the final value is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluvial.dsl.change import Change
+from fluvial.processor.api import ProcessorContext
+from fluvial.processor.metrics import REVISIONS_EMITTED
+from fluvial.processor.stores import is_cached
+from fluvial.records import Record, Window, Windowed
+from fluvial.serdes import Serde
+from fluvial.state.base import from_timestamped_bytes
+from fluvial.state.timestamped import TimestampedKeyValueStore
+
+
+class TableForwarder:
+    """For processors that write a timestamped key-value store and emit its changes."""
+
+    def __init__(
+        self,
+        context: ProcessorContext,
+        store: TimestampedKeyValueStore,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+    ) -> None:
+        self.context = context
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.cached = is_cached(store)
+        if self.cached:
+            store.set_flush_listener(self._on_flush)
+
+    def maybe_forward(self, key: Any, new: Any, old: Any, timestamp_ms: int) -> None:
+        if not self.cached:
+            emit(self.context, key, Change(new, old), timestamp_ms)
+
+    def _on_flush(
+        self,
+        key: bytes,
+        new: tuple[bytes, int] | None,
+        old: tuple[bytes, int] | None,
+        timestamp_ms: int,
+    ) -> None:
+        emit(
+            self.context,
+            self.key_serde.deserialize(None, key),
+            Change(
+                None if new is None else self.value_serde.deserialize(None, new[0]),
+                None if old is None else self.value_serde.deserialize(None, old[0]),
+            ),
+            timestamp_ms,
+        )
+
+
+class WindowForwarder:
+    """The same for window stores, whose values the aggregation keeps timestamp-prefixed."""
+
+    def __init__(
+        self,
+        context: ProcessorContext,
+        store: Any,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        window_size_ms: int,
+        enabled: bool,
+    ) -> None:
+        self.context = context
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.size = window_size_ms
+        self.enabled = enabled
+        self.cached = is_cached(store)
+        if self.cached:
+            store.set_flush_listener(self._on_flush)
+
+    def maybe_forward(self, key: Any, window: Window, new: Any, old: Any, ts: int) -> None:
+        if self.enabled and not self.cached:
+            emit(self.context, Windowed(key, window), Change(new, old), ts)
+
+    def _on_flush(
+        self, key: bytes, start: int, new: bytes | None, old: bytes | None, timestamp_ms: int
+    ) -> None:
+        if not self.enabled:
+            return
+        new_value = None if new is None else from_timestamped_bytes(new)
+        old_value = None if old is None else from_timestamped_bytes(old)
+        emit(
+            self.context,
+            Windowed(self.key_serde.deserialize(None, key), Window(start, start + self.size)),
+            Change(
+                None if new_value is None else self.value_serde.deserialize(None, new_value[0]),
+                None if old_value is None else self.value_serde.deserialize(None, old_value[0]),
+            ),
+            new_value[1] if new_value is not None else timestamp_ms,
+        )
+
+
+def emit(context: ProcessorContext, key: Any, change: Change[Any], timestamp_ms: int) -> None:
+    """Forward one revision and count it."""
+    context.forward(Record(key, change, timestamp_ms))
+    context.metrics.increment(REVISIONS_EMITTED)

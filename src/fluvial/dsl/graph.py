@@ -1,0 +1,80 @@
+"""Shared plumbing of the DSL classes: serde fallbacks, store specs and repartition topics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluvial import serdes
+from fluvial.dsl.options import Materialized
+from fluvial.dsl.stateless import NullKeyFilterProcessor
+from fluvial.serdes import Serde
+from fluvial.topology.builder import InternalTopologyBuilder
+from fluvial.topology.nodes import TIMESTAMPED_KEY_VALUE, StoreSpec
+
+SOURCE = "KSTREAM-SOURCE-"
+SINK = "KSTREAM-SINK-"
+FILTER = "KSTREAM-FILTER-"
+
+
+def internal_serde(serde: Serde[Any] | None) -> Serde[Any]:
+    """The serde for bytes only fluvial reads (repartition topics, stores): JSON when unknown.
+
+    JSON carries str, int, float, bool, None, lists and dicts; pass serdes explicitly (Grouped,
+    Materialized) for other keys or values.
+    """
+    return serde if serde is not None else serdes.json()
+
+
+def store_name(itb: InternalTopologyBuilder, materialized: Materialized | None, prefix: str) -> str:
+    """The user's store name, or a generated ``PREFIX-STATE-STORE-000000000N``."""
+    if materialized is not None and materialized.store_name:
+        return materialized.store_name
+    return itb.new_store_name(prefix)
+
+
+def kv_store_spec(
+    name: str,
+    materialized: Materialized | None,
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+) -> StoreSpec:
+    m = materialized or Materialized()
+    return StoreSpec(
+        name=name,
+        kind=TIMESTAMPED_KEY_VALUE,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        store_type=m.store_type,
+        caching_enabled=m.caching_enabled,
+        logging_enabled=m.logging_enabled,
+        internal_format=True,
+    )
+
+
+def add_repartition(
+    itb: InternalTopologyBuilder,
+    parent: str,
+    topic_prefix: str,
+    user_named: bool,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    num_partitions: int | None = None,
+) -> str:
+    """Null-key filter → sink → ``<prefix>-repartition`` → source; return the source's name.
+
+    Records are re-keyed upstream; writing them through a topic partitioned by the new key is
+    what puts all records of a key into the same task.
+    """
+    topic = f"{topic_prefix}-repartition"
+    if user_named:
+        sink, filter_, source = (f"{topic}-sink", f"{topic}-filter", f"{topic}-source")
+    else:  # Kafka Streams' order of generated names: sink, filter, source
+        sink = itb.new_processor_name(SINK)
+        filter_ = itb.new_processor_name(FILTER)
+        source = itb.new_processor_name(SOURCE)
+    k, v = internal_serde(key_serde), internal_serde(value_serde)
+    itb.add_repartition_topic(topic, num_partitions)
+    itb.add_processor(filter_, NullKeyFilterProcessor, [parent])
+    itb.add_sink(sink, topic, [filter_], k, v)
+    itb.add_source(source, [topic], k, v)
+    return source

@@ -1,0 +1,206 @@
+"""``KGroupedStream`` and ``TimeWindowedKStream``: aggregations of a stream, per key or per window.
+
+Each aggregation materializes a state store (named by ``Materialized.as_`` or generated) and
+returns a ``KTable`` of revisions. A grouping after a key change inserts a repartition topic
+named after the grouping (``Grouped.as_``) or, failing that, after the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fluvial import serdes
+from fluvial.dsl import graph
+from fluvial.dsl.aggregate import StreamAggregateProcessor, WindowedAggregateProcessor
+from fluvial.dsl.kstream import NamedArg, named_value
+from fluvial.dsl.options import Materialized
+from fluvial.dsl.suppressed import EmitStrategy
+from fluvial.dsl.windows import TimeWindows
+from fluvial.serdes import Serde
+from fluvial.topology.nodes import WINDOW, StoreSpec
+
+if TYPE_CHECKING:
+    from fluvial.dsl.kstream import KStream
+    from fluvial.dsl.ktable import KTable
+
+AGGREGATE = "KSTREAM-AGGREGATE-"
+REDUCE = "KSTREAM-REDUCE-"
+
+
+def _count(key: Any, value: Any, count: int) -> int:
+    return count + 1
+
+
+class KGroupedStream:
+    """A stream grouped by key, ready for ``count``, ``reduce``, ``aggregate`` or ``windowed_by``."""
+
+    def __init__(self, stream: KStream, grouped_name: str | None) -> None:
+        self._stream = stream
+        self._grouped_name = grouped_name
+
+    def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Records per key, as 8-byte longs on the wire."""
+        m = materialized or Materialized()
+        return self._aggregate(
+            AGGREGATE, lambda: 0, _count, named, m, m.value_serde or serdes.long()
+        )
+
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``reducer(aggregate, value)``; the first value of a key is its aggregate."""
+        m = materialized or Materialized()
+        return self._aggregate(
+            REDUCE, None, lambda k, v, agg: reducer(agg, v), named, m,
+            m.value_serde or self._stream.value_serde,
+        )  # fmt: skip
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` starting from ``initializer()``."""
+        m = materialized or Materialized()
+        return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
+
+    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream:
+        """Aggregate per time window; see :class:`~fluvial.TimeWindows`."""
+        if not isinstance(windows, TimeWindows):
+            raise TypeError(
+                f"windowed_by takes TimeWindows here, got {type(windows).__name__}; sliding and "
+                "session windows are not implemented yet"
+            )
+        return TimeWindowedKStream(self, windows, EmitStrategy.on_window_update())
+
+    def _aggregate(
+        self,
+        prefix: str,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        named: NamedArg,
+        m: Materialized,
+        value_serde: Serde[Any] | None,
+    ) -> KTable:
+        from fluvial.dsl.ktable import KTable
+
+        stream = self._stream
+        itb = stream._itb
+        store = graph.store_name(itb, m, prefix)
+        name = named_value(named) or itb.new_processor_name(prefix)
+        parent = stream._repartition_if_required(self._grouped_name, store)
+        key_serde = m.key_serde or stream.key_serde
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        itb.add_processor(
+            name, lambda: StreamAggregateProcessor(store, k, v, initializer, aggregator), [parent]
+        )
+        itb.add_store(graph.kv_store_spec(store, m, k, v), name)
+        return KTable(stream._builder, name, key_serde, value_serde, store_name=store)
+
+
+class TimeWindowedKStream:
+    """A grouped stream cut into time windows; aggregations return a table keyed by ``Windowed``."""
+
+    def __init__(
+        self, grouped: KGroupedStream, windows: TimeWindows, emit_strategy: EmitStrategy
+    ) -> None:
+        self._grouped = grouped
+        self._windows = windows
+        self._emit = emit_strategy
+
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream:
+        """``EmitStrategy.on_window_close()`` emits one final result per window."""
+        return TimeWindowedKStream(self._grouped, self._windows, strategy)
+
+    def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        m = materialized or Materialized()
+        return self._aggregate(
+            AGGREGATE, lambda: 0, _count, named, m, m.value_serde or serdes.long()
+        )
+
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        m = materialized or Materialized()
+        return self._aggregate(
+            REDUCE, None, lambda k, v, agg: reducer(agg, v), named, m,
+            m.value_serde or self._grouped._stream.value_serde,
+        )  # fmt: skip
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        m = materialized or Materialized()
+        return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
+
+    def _aggregate(
+        self,
+        prefix: str,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        named: NamedArg,
+        m: Materialized,
+        value_serde: Serde[Any] | None,
+    ) -> KTable:
+        from fluvial.dsl.ktable import KTable
+
+        stream = self._grouped._stream
+        itb = stream._itb
+        windows = self._windows
+        store = graph.store_name(itb, m, prefix)
+        name = named_value(named) or itb.new_processor_name(prefix)
+        parent = stream._repartition_if_required(self._grouped._grouped_name, store)
+        key_serde = m.key_serde or stream.key_serde
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        minimum = windows.size_ms + windows.grace_ms
+        retention = m.retention_ms if m.retention_ms is not None else minimum
+        if retention < minimum:
+            itb._problems.append(
+                f"store {store!r}: retention {retention} ms is shorter than window size + grace "
+                f"({minimum} ms); windows would vanish while still open: raise with_retention(...)"
+            )
+            retention = minimum
+        on_close = self._emit.on_close
+        itb.add_processor(
+            name,
+            lambda: WindowedAggregateProcessor(
+                store, windows, k, v, initializer, aggregator, on_close
+            ),
+            [parent],
+        )
+        itb.add_store(
+            StoreSpec(
+                name=store,
+                kind=WINDOW,
+                key_serde=k,
+                value_serde=v,
+                store_type=m.store_type,
+                # Emitting on close already yields one result per window: nothing to coalesce.
+                caching_enabled=m.caching_enabled and not on_close,
+                logging_enabled=m.logging_enabled,
+                retention_ms=retention,
+                window_size_ms=windows.size_ms,
+                internal_format=True,
+            ),
+            name,
+        )
+        windowed_key = (
+            None if key_serde is None else serdes.time_windowed(key_serde, windows.size_ms)
+        )
+        return KTable(
+            stream._builder, name, windowed_key, value_serde, store_name=store,
+            windows=windows, inner_key_serde=key_serde,
+        )  # fmt: skip

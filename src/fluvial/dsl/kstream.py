@@ -1,0 +1,350 @@
+"""``KStream``: an unbounded stream of independent records, and its record-at-a-time operations.
+
+Operations that may change the key (``map``, ``flat_map``, ``select_key``, ``process``) mark the
+stream as needing a repartition; a later grouping or ``to_table`` then routes records through a
+repartition topic, so each key lands in one task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fluvial.dsl import graph
+from fluvial.dsl.options import Consumed, Grouped, Materialized, Named, Produced, Repartitioned
+from fluvial.dsl.stateless import (
+    BranchProcessor,
+    FilterProcessor,
+    FlatMapProcessor,
+    FlatMapValuesProcessor,
+    MapProcessor,
+    MapValuesProcessor,
+    PassThroughProcessor,
+    PeekProcessor,
+    SelectKeyProcessor,
+)
+from fluvial.processor.api import ProcessorSupplier
+from fluvial.serdes import Serde
+
+if TYPE_CHECKING:
+    from fluvial.dsl.builder import StreamsBuilder
+    from fluvial.dsl.grouped import KGroupedStream
+    from fluvial.dsl.ktable import KTable
+
+NamedArg = Named | str | None
+
+
+def named_value(named: NamedArg) -> str | None:
+    return named.name if isinstance(named, Named) else named
+
+
+class KStream:
+    """A record stream. Each method adds a processor and returns the resulting stream.
+
+    Serdes travel with the stream: operations that keep keys or values keep their serdes, so
+    ``to()`` usually needs none.
+    """
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        repartition_required: bool = False,
+    ) -> None:
+        self._builder = builder
+        self._itb = builder._itb
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.repartition_required = repartition_required
+
+    def _add(
+        self,
+        prefix: str,
+        supplier: ProcessorSupplier,
+        named: NamedArg,
+        *,
+        key_serde: Serde[Any] | None | str = "same",
+        value_serde: Serde[Any] | None | str = "same",
+        key_changing: bool = False,
+        stores: tuple[str, ...] = (),
+    ) -> KStream:
+        name = named_value(named) or self._itb.new_processor_name(prefix)
+        self._itb.add_processor(name, supplier, [self.node], stores)
+        return KStream(
+            self._builder,
+            name,
+            self.key_serde if key_serde == "same" else key_serde,  # type: ignore[arg-type]
+            self.value_serde if value_serde == "same" else value_serde,  # type: ignore[arg-type]
+            self.repartition_required or key_changing,
+        )
+
+    # -- stateless --------------------------------------------------------------------------
+    def filter(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KStream:
+        """Keep records for which ``predicate(key, value)`` is true."""
+        return self._add("KSTREAM-FILTER-", lambda: FilterProcessor(predicate, False), named)
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KStream:
+        """Drop records for which ``predicate(key, value)`` is true."""
+        return self._add("KSTREAM-FILTER-", lambda: FilterProcessor(predicate, True), named)
+
+    def map(self, mapper: Callable[[Any, Any], Any], named: NamedArg = None) -> KStream:
+        """``mapper(key, value)`` returns a ``KeyValue`` or ``(key, value)``; marks a repartition."""
+        return self._add(
+            "KSTREAM-MAP-", lambda: MapProcessor(mapper), named,
+            key_serde=None, value_serde=None, key_changing=True,
+        )  # fmt: skip
+
+    def map_values(
+        self, mapper: Callable[..., Any], named: NamedArg = None, *, with_key: bool = False
+    ) -> KStream:
+        """``mapper(value)`` (or ``mapper(key, value)`` with ``with_key=True``); keys stay."""
+        return self._add(
+            "KSTREAM-MAPVALUES-", lambda: MapValuesProcessor(mapper, with_key), named,
+            value_serde=None,
+        )  # fmt: skip
+
+    def flat_map(
+        self, mapper: Callable[[Any, Any], Iterable[Any]], named: NamedArg = None
+    ) -> KStream:
+        """Zero or more ``(key, value)`` per record; marks a repartition."""
+        return self._add(
+            "KSTREAM-FLATMAP-", lambda: FlatMapProcessor(mapper), named,
+            key_serde=None, value_serde=None, key_changing=True,
+        )  # fmt: skip
+
+    def flat_map_values(
+        self,
+        mapper: Callable[..., Iterable[Any]],
+        named: NamedArg = None,
+        *,
+        with_key: bool = False,
+    ) -> KStream:
+        """Zero or more values per record, each with the record's key."""
+        return self._add(
+            "KSTREAM-FLATMAPVALUES-", lambda: FlatMapValuesProcessor(mapper, with_key), named,
+            value_serde=None,
+        )  # fmt: skip
+
+    def select_key(self, mapper: Callable[[Any, Any], Any], named: NamedArg = None) -> KStream:
+        """New key ``mapper(key, value)``; marks a repartition."""
+        return self._add(
+            "KSTREAM-KEY-SELECT-", lambda: SelectKeyProcessor(mapper), named,
+            key_serde=None, key_changing=True,
+        )  # fmt: skip
+
+    def peek(self, action: Callable[[Any, Any], None], named: NamedArg = None) -> KStream:
+        """Call ``action(key, value)`` for its side effect and pass the record on."""
+        return self._add("KSTREAM-PEEK-", lambda: PeekProcessor(action, True), named)
+
+    def foreach(self, action: Callable[[Any, Any], None], named: NamedArg = None) -> None:
+        """Call ``action(key, value)`` for every record; ends the stream."""
+        self._add("KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), named)
+
+    def merge(self, other: KStream, named: NamedArg = None) -> KStream:
+        """Both streams' records in one stream (no ordering guarantee between them)."""
+        name = named_value(named) or self._itb.new_processor_name("KSTREAM-MERGE-")
+        self._itb.add_processor(name, PassThroughProcessor, [self.node, other.node])
+        return KStream(
+            self._builder,
+            name,
+            self.key_serde if self.key_serde is other.key_serde else None,
+            self.value_serde if self.value_serde is other.value_serde else None,
+            self.repartition_required or other.repartition_required,
+        )
+
+    def split(self, named: NamedArg = None) -> BranchedKStream:
+        """Route each record to the first branch whose predicate matches."""
+        name = named_value(named) or self._itb.new_processor_name("KSTREAM-BRANCH-")
+        return BranchedKStream(self, name)
+
+    def process(
+        self, supplier: ProcessorSupplier, *store_names: str, named: NamedArg = None
+    ) -> KStream:
+        """Run a Processor API processor; it may use the named stores and forward anything."""
+        return self._add(
+            "KSTREAM-PROCESSOR-", supplier, named,
+            key_serde=None, value_serde=None, key_changing=True, stores=store_names,
+        )  # fmt: skip
+
+    # -- topics -----------------------------------------------------------------------------
+    def to(
+        self,
+        topic: str,
+        produced: Produced | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> None:
+        """Write the stream to ``topic``. Without serdes, the stream's own (or inferred) are used."""
+        produced = produced or Produced()
+        name = produced.name or self._itb.new_processor_name(graph.SINK)
+        self._itb.add_sink(
+            name,
+            topic,
+            [self.node],
+            key_serde or produced.key_serde or self.key_serde,
+            value_serde or produced.value_serde or self.value_serde,
+            produced.partitioner,
+        )
+
+    def repartition(
+        self,
+        repartitioned: Repartitioned | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        name: str | None = None,
+        num_partitions: int | None = None,
+    ) -> KStream:
+        """Write through a repartition topic now (e.g. to change the partition count)."""
+        r = repartitioned or Repartitioned()
+        key_serde = key_serde or r.key_serde or self.key_serde
+        value_serde = value_serde or r.value_serde or self.value_serde
+        user_name = name or r.name
+        prefix = user_name or self._itb.new_processor_name("KSTREAM-REPARTITION-")
+        source = graph.add_repartition(
+            self._itb, self.node, prefix, user_name is not None, key_serde, value_serde,
+            num_partitions or r.num_partitions,
+        )  # fmt: skip
+        return KStream(self._builder, source, key_serde, value_serde, False)
+
+    def to_table(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Read the stream as a changelog: the latest value per key, ``None`` deleting."""
+        from fluvial.dsl.ktable import KTable
+        from fluvial.dsl.table_ops import TableSourceProcessor
+
+        m = materialized or Materialized()
+        name = named_value(named) or self._itb.new_processor_name("KSTREAM-TOTABLE-")
+        store = graph.store_name(self._itb, m, "KSTREAM-TOTABLE-")
+        parent = self._repartition_if_required(None, store)
+        key_serde = m.key_serde or self.key_serde
+        value_serde = m.value_serde or self.value_serde
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [parent])
+        self._itb.add_store(graph.kv_store_spec(store, m, k, v), name)
+        return KTable(self._builder, name, key_serde, value_serde, store_name=store)
+
+    def _repartition_if_required(self, grouped_name: str | None, store: str) -> str:
+        """The node to attach a stateful operator to: a repartition source if keys changed."""
+        if not self.repartition_required:
+            return self.node
+        return graph.add_repartition(
+            self._itb, self.node, grouped_name or store, grouped_name is not None,
+            self.key_serde, self.value_serde,
+        )  # fmt: skip
+
+    # -- grouping ---------------------------------------------------------------------------
+    def group_by_key(
+        self,
+        grouped: Grouped | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KGroupedStream:
+        """Group by the current key, for aggregations (repartitions if the key changed)."""
+        from fluvial.dsl.grouped import KGroupedStream
+
+        g = grouped or Grouped()
+        stream = KStream(
+            self._builder,
+            self.node,
+            key_serde or g.key_serde or self.key_serde,
+            value_serde or g.value_serde or self.value_serde,
+            self.repartition_required,
+        )
+        return KGroupedStream(stream, g.name)
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        grouped: Grouped | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KGroupedStream:
+        """Group by ``selector(key, value)``; always repartitions."""
+        return self.select_key(selector).group_by_key(
+            grouped, key_serde=key_serde, value_serde=value_serde or self.value_serde
+        )
+
+    def __repr__(self) -> str:
+        return f"KStream({self.node})"
+
+
+@dataclass(frozen=True)
+class Branched:
+    """Name of a branch and what to do with it (``with_function`` may return a new stream)."""
+
+    name: str | None = None
+    function: Callable[[KStream], KStream | None] | None = None
+    consumer: Callable[[KStream], None] | None = None
+
+    @staticmethod
+    def as_(name: str) -> Branched:
+        return Branched(name)
+
+    @staticmethod
+    def with_function(fn: Callable[[KStream], KStream | None], name: str | None = None) -> Branched:
+        return Branched(name, function=fn)
+
+    @staticmethod
+    def with_consumer(fn: Callable[[KStream], None], name: str | None = None) -> Branched:
+        return Branched(name, consumer=fn)
+
+
+class BranchedKStream:
+    """Returned by ``split()``: add branches, then finish with ``default_branch`` or ``no_default_branch``."""
+
+    def __init__(self, stream: KStream, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        self._branches: list[tuple[Callable[[Any, Any], bool], str]] = []
+        self._default: list[str] = []
+        self._result: dict[str, KStream] = {}
+        branches, default = self._branches, self._default
+        # The supplier runs at task start, when every branch has been added.
+        stream._itb.add_processor(
+            name,
+            lambda: BranchProcessor(list(branches), default[0] if default else None),
+            [stream.node],
+        )
+
+    def branch(
+        self, predicate: Callable[[Any, Any], bool], branched: Branched | None = None
+    ) -> BranchedKStream:
+        child = self._child(branched, str(len(self._branches) + 1))
+        self._branches.append((predicate, child))
+        return self
+
+    def default_branch(self, branched: Branched | None = None) -> dict[str, KStream]:
+        """Records matching no predicate go here; returns every branch by name."""
+        self._default.append(self._child(branched, "0"))
+        return dict(self._result)
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        """Records matching no predicate are dropped; returns every branch by name."""
+        return dict(self._result)
+
+    def _child(self, branched: Branched | None, suffix: str) -> str:
+        b = branched or Branched()
+        child = self._name + (b.name or suffix)
+        itb = self._stream._itb
+        itb.add_processor(child, PassThroughProcessor, [self._name])
+        s = self._stream
+        branch = KStream(s._builder, child, s.key_serde, s.value_serde, s.repartition_required)
+        if b.consumer is not None:
+            b.consumer(branch)
+        elif b.function is not None:
+            result = b.function(branch)
+            if result is not None:
+                self._result[child] = result
+        else:
+            self._result[child] = branch
+        return child
+
+
+__all__ = ["Branched", "BranchedKStream", "Consumed", "KStream"]

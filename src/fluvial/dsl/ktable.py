@@ -1,0 +1,259 @@
+"""``KTable`` and ``KGroupedTable``: tables as streams of revisions.
+
+A table operator receives ``Change(new, old)`` for each update; ``to_stream`` turns the table
+back into its stream of new values. ``suppress`` holds revisions back until windows close or a
+time limit passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fluvial import serdes
+from fluvial.dsl import graph
+from fluvial.dsl.change import change_serde
+from fluvial.dsl.kstream import KStream, NamedArg, named_value
+from fluvial.dsl.options import Grouped, Materialized
+from fluvial.dsl.suppress import SuppressProcessor
+from fluvial.dsl.suppressed import Suppressed
+from fluvial.dsl.table_ops import (
+    TableAggregateProcessor,
+    TableFilterProcessor,
+    TableMapValuesProcessor,
+    TableSelectProcessor,
+    TableToStreamProcessor,
+)
+from fluvial.dsl.windows import TimeWindows
+from fluvial.processor.api import ProcessorSupplier
+from fluvial.serdes import Serde
+from fluvial.topology.nodes import KEY_VALUE, StoreSpec
+
+if TYPE_CHECKING:
+    from fluvial.dsl.builder import StreamsBuilder
+
+
+class KTable:
+    """A changelog stream read as a table: the latest value per key.
+
+    ``store_name`` is set when the table is materialized in a store of its own; ``windows`` when
+    it is the result of a windowed aggregation (its keys are then ``Windowed``).
+    """
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        store_name: str | None = None,
+        windows: TimeWindows | None = None,
+        inner_key_serde: Serde[Any] | None = None,
+    ) -> None:
+        self._builder = builder
+        self._itb = builder._itb
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.store_name = store_name
+        self.windows = windows
+        self._inner_key_serde = inner_key_serde
+
+    @property
+    def queryable_store_name(self) -> str | None:
+        return self.store_name
+
+    def _derive(
+        self,
+        prefix: str,
+        supplier: ProcessorSupplier,
+        named: NamedArg,
+        value_serde: Serde[Any] | None,
+    ) -> KTable:
+        name = named_value(named) or self._itb.new_processor_name(prefix)
+        self._itb.add_processor(name, supplier, [self.node])
+        return KTable(
+            self._builder, name, self.key_serde, value_serde,
+            windows=self.windows, inner_key_serde=self._inner_key_serde,
+        )  # fmt: skip
+
+    def _internal_key_serde(self) -> Serde[Any]:
+        if self.windows is not None:
+            inner = graph.internal_serde(self._inner_key_serde)
+            return serdes.time_windowed(inner, self.windows.size_ms)
+        return graph.internal_serde(self.key_serde)
+
+    def filter(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KTable:
+        """Rows for which ``predicate(key, value)`` holds; a row that stops matching is deleted."""
+        return self._derive(
+            "KTABLE-FILTER-",
+            lambda: TableFilterProcessor(predicate, False),
+            named,
+            self.value_serde,
+        )
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KTable:
+        return self._derive(
+            "KTABLE-FILTER-", lambda: TableFilterProcessor(predicate, True), named, self.value_serde
+        )
+
+    def map_values(
+        self, mapper: Callable[..., Any], named: NamedArg = None, *, with_key: bool = False
+    ) -> KTable:
+        """``mapper(value)`` (or ``mapper(key, value)``) applied to new and old values alike."""
+        return self._derive(
+            "KTABLE-MAPVALUES-", lambda: TableMapValuesProcessor(mapper, with_key), named, None
+        )
+
+    def to_stream(self, named: NamedArg = None) -> KStream:
+        """The table's updates as a stream of ``(key, new value)``; deletes are ``None`` values."""
+        name = named_value(named) or self._itb.new_processor_name("KTABLE-TOSTREAM-")
+        self._itb.add_processor(name, TableToStreamProcessor, [self.node])
+        return KStream(self._builder, name, self.key_serde, self.value_serde, False)
+
+    def suppress(self, suppressed: Suppressed) -> KTable:
+        """Hold revisions back: see :class:`~fluvial.Suppressed`."""
+        itb = self._itb
+        if suppressed.name:
+            name, store = suppressed.name, f"{suppressed.name}-store"
+        else:
+            name = itb.new_processor_name("KTABLE-SUPPRESS-")
+            store = itb.new_store_name("KTABLE-SUPPRESS-")
+        grace = None
+        if suppressed.kind == "window_close":
+            if self.windows is None:
+                itb._problems.append(
+                    f"{name}: suppress(until_window_closes) needs a windowed table upstream "
+                    "(groupBy...windowed_by(...).count()/aggregate()); for other tables use "
+                    "Suppressed.until_time_limit(...)"
+                )
+                grace = 0
+            else:
+                grace = self.windows.grace_ms
+        k = self._internal_key_serde()
+        v = graph.internal_serde(self.value_serde)
+        itb.add_processor(
+            name, lambda: SuppressProcessor(name, store, suppressed, k, v, grace), [self.node]
+        )
+        itb.add_store(
+            StoreSpec(
+                name=store, kind=KEY_VALUE, key_serde=k, value_serde=v,
+                caching_enabled=False, internal_format=True,
+            ),
+            name,
+        )  # fmt: skip
+        return KTable(
+            self._builder, name, self.key_serde, self.value_serde,
+            windows=self.windows, inner_key_serde=self._inner_key_serde,
+        )  # fmt: skip
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        grouped: Grouped | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KGroupedTable:
+        """Regroup rows by ``selector(key, value)`` → ``(new key, new value)``; always repartitions."""
+        g = grouped or Grouped()
+        name = self._itb.new_processor_name("KTABLE-SELECT-")
+        self._itb.add_processor(name, lambda: TableSelectProcessor(selector), [self.node])
+        return KGroupedTable(
+            self._builder, name, key_serde or g.key_serde, value_serde or g.value_serde, g.name
+        )
+
+    def __repr__(self) -> str:
+        return f"KTable({self.node})"
+
+
+class KGroupedTable:
+    """A table regrouped by a new key; its aggregations subtract old values and add new ones."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        grouped_name: str | None,
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._grouped_name = grouped_name
+
+    def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        m = materialized or Materialized()
+        return self._aggregate(
+            "KTABLE-AGGREGATE-", lambda: 0,
+            lambda k, v, agg: agg + 1, lambda k, v, agg: agg - 1,
+            named, m, m.value_serde or serdes.long(),
+        )  # fmt: skip
+
+    def reduce(
+        self,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``adder(aggregate, value)`` and ``subtractor(aggregate, value)``."""
+        m = materialized or Materialized()
+        return self._aggregate(
+            "KTABLE-REDUCE-", None,
+            lambda k, v, agg: adder(agg, v), lambda k, v, agg: subtractor(agg, v),
+            named, m, m.value_serde or self._value_serde,
+        )  # fmt: skip
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``adder(key, value, aggregate)`` / ``subtractor(key, value, aggregate)``."""
+        m = materialized or Materialized()
+        return self._aggregate(
+            "KTABLE-AGGREGATE-", initializer, adder, subtractor, named, m, m.value_serde
+        )
+
+    def _aggregate(
+        self,
+        prefix: str,
+        initializer: Callable[[], Any] | None,
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        named: NamedArg,
+        m: Materialized,
+        agg_serde: Serde[Any] | None,
+    ) -> KTable:
+        itb = self._builder._itb
+        store = graph.store_name(itb, m, prefix)
+        # Kafka Streams' order of generated names: store, sink, source, aggregate.
+        topic = f"{self._grouped_name or store}-repartition"
+        if self._grouped_name:
+            sink, source = f"{topic}-sink", f"{topic}-source"
+        else:
+            sink = itb.new_processor_name(graph.SINK)
+            source = itb.new_processor_name(graph.SOURCE)
+        name = named_value(named) or itb.new_processor_name(prefix)
+        k = graph.internal_serde(m.key_serde or self._key_serde)
+        changes = change_serde(graph.internal_serde(self._value_serde))
+        itb.add_repartition_topic(topic)
+        itb.add_sink(sink, topic, [self._node], k, changes)
+        itb.add_source(source, [topic], k, changes)
+        a = graph.internal_serde(agg_serde)
+        itb.add_processor(
+            name,
+            lambda: TableAggregateProcessor(store, k, a, initializer, adder, subtractor),
+            [source],
+        )
+        itb.add_store(graph.kv_store_spec(store, m, k, a), name)
+        return KTable(
+            self._builder, name, m.key_serde or self._key_serde, agg_serde, store_name=store
+        )

@@ -1,0 +1,190 @@
+"""KTable processors: materialize a changelog, transform changes, regroup, aggregate.
+
+Everything here consumes and produces :class:`~fluvial.dsl.change.Change` values, so that every
+operator downstream of a table sees both the new value and the one it replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fluvial.dsl.change import Change
+from fluvial.dsl.forwarding import TableForwarder
+from fluvial.dsl.stateless import as_key_value
+from fluvial.processor.api import Processor
+from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.records import Record
+from fluvial.serdes import Serde
+
+
+class TableSourceProcessor(Processor[Any, Any]):
+    """Turns a stream of upserts (``None`` = delete) into table changes, via a store.
+
+    Used by ``builder.table`` and ``KStream.to_table``; ``input_is_change`` is set when the
+    input already carries changes (a materialized filter or map_values).
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        input_is_change: bool = False,
+    ) -> None:
+        self.store_name = store_name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.input_is_change = input_is_change
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.value_serde)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None:
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        value = record.value.new_value if self.input_is_change else record.value
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
+        found = self.store.get(key_bytes)
+        old = None if found is None else self.value_serde.deserialize(None, found[0])
+        if value is None and found is None:
+            return  # deleting a key that is not there changes nothing
+        self.store.put(key_bytes, self.value_serde.serialize(None, value), record.timestamp_ms)
+        self.forwarder.maybe_forward(record.key, value, old, record.timestamp_ms)
+
+
+class TableFilterProcessor(Processor[Any, Any]):
+    """A value failing the predicate becomes ``None``, so the row leaves the filtered table."""
+
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
+        self.predicate = predicate
+        self.negate = negate
+
+    def _keep(self, key: Any, value: Any) -> Any:
+        if value is None or bool(self.predicate(key, value)) == self.negate:
+            return None
+        return value
+
+    def process(self, record: Record[Any, Any]) -> None:
+        change: Change[Any] = record.value
+        new = self._keep(record.key, change.new_value)
+        old = self._keep(record.key, change.old_value)
+        if new is None and old is None:
+            return  # invisible in the filtered table
+        self.context.forward(record.with_value(Change(new, old)))
+
+
+class TableMapValuesProcessor(Processor[Any, Any]):
+    def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
+        self.mapper = mapper
+        self.with_key = with_key
+
+    def _map(self, key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        return self.mapper(key, value) if self.with_key else self.mapper(value)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        change: Change[Any] = record.value
+        new = self._map(record.key, change.new_value)
+        old = self._map(record.key, change.old_value)
+        self.context.forward(record.with_value(Change(new, old)))
+
+
+class TableToStreamProcessor(Processor[Any, Any]):
+    """The table's changelog as a stream: the new value of each change (``None`` = tombstone)."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.context.forward(record.with_value(record.value.new_value))
+
+
+class TableSelectProcessor(Processor[Any, Any]):
+    """``KTable.group_by``: re-key both halves of a change.
+
+    The old value goes to its old group as a removal and the new value to its new group as an
+    addition, old first, so an aggregate never counts a row twice. When both land in the same
+    group they travel together as one change.
+    """
+
+    def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
+        self.selector = selector
+
+    def _select(self, key: Any, value: Any) -> tuple[Any, Any] | None:
+        if value is None:
+            return None
+        new_key, new_value = as_key_value(self.selector(key, value), "group_by")
+        if new_key is None or new_value is None:
+            return None
+        return new_key, new_value
+
+    def process(self, record: Record[Any, Any]) -> None:
+        change: Change[Any] = record.value
+        new_pair = self._select(record.key, change.new_value)
+        old_pair = self._select(record.key, change.old_value)
+        if new_pair is not None and old_pair is not None and new_pair[0] == old_pair[0]:
+            self.context.forward(
+                record.with_key_value(new_pair[0], Change(new_pair[1], old_pair[1]))
+            )
+            return
+        if old_pair is not None:
+            self.context.forward(record.with_key_value(old_pair[0], Change(None, old_pair[1])))
+        if new_pair is not None:
+            self.context.forward(record.with_key_value(new_pair[0], Change(new_pair[1], None)))
+
+
+class TableAggregateProcessor(Processor[Any, Any]):
+    """``KGroupedTable`` count/reduce/aggregate: subtract the old value, then add the new one.
+
+    ``initializer`` None means reduce: the first value added is the aggregate.
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        agg_serde: Serde[Any],
+        initializer: Callable[[], Any] | None,
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        self.store_name = store_name
+        self.key_serde = key_serde
+        self.agg_serde = agg_serde
+        self.initializer = initializer
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.agg_serde)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None:
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        change: Change[Any] = record.value
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
+        found = self.store.get(key_bytes)
+        old_agg = None if found is None else self.agg_serde.deserialize(None, found[0])
+        agg = old_agg
+        # Subtract first: the old value was counted in this group before.
+        if change.old_value is not None and agg is not None:
+            agg = self.subtractor(record.key, change.old_value, agg)
+        if change.new_value is not None:
+            if agg is None:
+                agg = (
+                    change.new_value
+                    if self.initializer is None
+                    else self.adder(record.key, change.new_value, self.initializer())
+                )
+            else:
+                agg = self.adder(record.key, change.new_value, agg)
+        timestamp = record.timestamp_ms if found is None else max(record.timestamp_ms, found[1])
+        self.store.put(key_bytes, self.agg_serde.serialize(None, agg), timestamp)
+        self.forwarder.maybe_forward(record.key, agg, old_agg, timestamp)

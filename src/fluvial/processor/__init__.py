@@ -1,0 +1,32 @@
+"""The Processor API and the task runtime core that runs every topology.
+
+User code needs :class:`Processor`, :class:`ProcessorContext`, :class:`PunctuationType` and
+:class:`Stores`. :class:`StreamTask` is what runtimes (the Kafka runtime, the test driver) drive.
+"""
+
+from fluvial.processor.api import (
+    Cancellable,
+    Processor,
+    ProcessorContext,
+    ProcessorSupplier,
+    PunctuationType,
+)
+from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
+from fluvial.processor.metrics import TaskMetrics
+from fluvial.processor.stores import StoreBuilder, Stores
+from fluvial.processor.task import StreamTask
+
+__all__ = [
+    "Cancellable",
+    "ConsumedRecord",
+    "Processor",
+    "ProcessorContext",
+    "ProcessorSupplier",
+    "PunctuationType",
+    "RecordCollector",
+    "StoreBuilder",
+    "Stores",
+    "StreamTask",
+    "TaskId",
+    "TaskMetrics",
+]

@@ -1,0 +1,52 @@
+"""What a task consumes and where it produces: raw records in, a record collector out.
+
+The task never talks to Kafka. The runtime feeds it :class:`ConsumedRecord` s and gives it a
+:class:`RecordCollector` that turns sends into producer calls (or, in the test driver, into
+lists). Everything crossing this boundary is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class TaskId(NamedTuple):
+    """``(subtopology, partition)``; printed ``0_1`` as in Kafka Streams."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One record as read from a topic partition, still in bytes."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    offset: int
+    headers: Headers = field(default_factory=list)
+
+
+class RecordCollector(Protocol):
+    """Receives every record a task produces: outputs, repartition and changelog records.
+
+    ``partition`` is ``None`` when the producer's default partitioner should decide (hash of
+    the key bytes), and set for changelog records, which go to the task's own partition.
+    """
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers,
+        partition: int | None,
+    ) -> None: ...

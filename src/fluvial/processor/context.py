@@ -1,0 +1,102 @@
+"""The context each live processor node gets: forwarding, stores, time and record metadata.
+
+Each node has its own context object bound to it, so ``forward`` always knows which node is
+forwarding, also when it runs later from a cache flush or a punctuator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fluvial.errors import TopologyError
+from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
+from fluvial.records import Record
+
+if TYPE_CHECKING:
+    from fluvial.processor.task import StreamTask
+
+
+class LiveNode:
+    """A node of a running task: its processor, its children and its context."""
+
+    def __init__(self, name: str, processor: Processor[Any, Any], stores: list[str]) -> None:
+        self.name = name
+        self.processor = processor
+        self.stores = stores
+        self.children: list[LiveNode] = []
+
+
+class NodeContext:
+    """:class:`~fluvial.processor.api.ProcessorContext` for one node of one task."""
+
+    def __init__(self, task: StreamTask, node: LiveNode) -> None:
+        self._task = task
+        self._node = node
+
+    @property
+    def application_id(self) -> str:
+        return self._task.application_id
+
+    @property
+    def task_id(self) -> Any:
+        return self._task.task_id
+
+    @property
+    def node_name(self) -> str:
+        return self._node.name
+
+    @property
+    def topic(self) -> str | None:
+        return self._task.current.topic
+
+    @property
+    def partition(self) -> int | None:
+        return self._task.current.partition
+
+    @property
+    def offset(self) -> int | None:
+        return self._task.current.offset
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self._task.current.timestamp_ms
+
+    @property
+    def metrics(self) -> Any:
+        return self._task.metrics
+
+    def current_stream_time_ms(self) -> int:
+        return self._task.stream_time
+
+    def current_system_time_ms(self) -> int:
+        return self._task.wall_clock_ms
+
+    def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
+        """Send ``record`` to every child, or only to ``child_name``."""
+        if child_name is not None:
+            for child in self._node.children:
+                if child.name == child_name:
+                    child.processor.process(record)
+                    return
+            raise TopologyError(
+                f"{self._node.name!r} has no child named {child_name!r}; its children are "
+                f"{[c.name for c in self._node.children]}"
+            )
+        for child in self._node.children:
+            child.processor.process(record)
+
+    def get_state_store(self, name: str) -> Any:
+        if name not in self._node.stores:
+            raise TopologyError(
+                f"processor {self._node.name!r} asked for store {name!r} but is not connected to "
+                f"it: pass the store name to process(...) or connect it when adding the processor"
+            )
+        return self._task.store_for_processor(name)
+
+    def schedule(
+        self, interval_ms: int, punctuation_type: PunctuationType, callback: Punctuator
+    ) -> Cancellable:
+        return self._task.schedule(self._node.name, interval_ms, punctuation_type, callback)
+
+    def request_commit(self) -> None:
+        self._task.commit_requested = True

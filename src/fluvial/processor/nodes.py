@@ -1,0 +1,89 @@
+"""The processors a task puts at the edges of its graph: sources and sinks.
+
+Sources receive already-deserialized records (the task deserializes, so that it can apply the
+deserialization error policy) and pass them on. Sinks serialize and hand bytes to the collector.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluvial import serdes
+from fluvial.errors import SerializationError
+from fluvial.processor.api import Processor
+from fluvial.processor.collector import RecordCollector
+from fluvial.processor.metrics import RECORDS_PRODUCED
+from fluvial.records import Record, Windowed
+from fluvial.serdes import Serde
+from fluvial.topology.nodes import StreamPartitioner
+
+
+class SourceProcessor(Processor[Any, Any]):
+    def process(self, record: Record[Any, Any]) -> None:
+        self.context.forward(record)
+
+
+class SinkProcessor(Processor[Any, Any]):
+    """Serializes with the sink's serdes, or by the Python type when none was given."""
+
+    def __init__(
+        self,
+        topic: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        collector: RecordCollector,
+        partitioner: StreamPartitioner | None,
+        count_metric: bool,
+    ) -> None:
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.collector = collector
+        self.partitioner = partitioner
+        self.count_metric = count_metric
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key = _serialize(self.key_serde, self.topic, record.key, "key")
+        value = _serialize(self.value_serde, self.topic, record.value, "value")
+        partition = None
+        if self.partitioner is not None:
+            partition = self.partitioner(self.topic, record.key, record.value, -1)
+        self.collector.send(
+            self.topic, key, value, record.timestamp_ms, list(record.headers), partition
+        )
+        if self.count_metric:
+            self.context.metrics.increment(RECORDS_PRODUCED)
+
+
+def _serialize(serde: Serde[Any] | None, topic: str, obj: Any, what: str) -> bytes | None:
+    if serde is not None:
+        return serde.serialize(topic, obj)
+    return inferred_serde(obj, topic, what).serialize(topic, obj)
+
+
+def inferred_serde(obj: Any, topic: str, what: str) -> Serde[Any]:
+    """The built-in serde matching ``obj``'s type, for sinks given no serde.
+
+    Types map to the Kafka Streams-compatible formats: str → UTF-8, int → 8-byte long,
+    float → double, bytes → raw, Windowed → inner key + 8-byte window start, None → null,
+    dicts and lists → JSON.
+    """
+    if obj is None or isinstance(obj, bytes | bytearray):
+        return serdes.bytes_()
+    if isinstance(obj, str):
+        return serdes.string()
+    if isinstance(obj, bool):
+        return serdes.json()
+    if isinstance(obj, int):
+        return serdes.long()
+    if isinstance(obj, float):
+        return serdes.double()
+    if isinstance(obj, Windowed):
+        size = max(1, obj.window.end_ms - obj.window.start_ms)
+        return serdes.time_windowed(inferred_serde(obj.key, topic, what), size)
+    if isinstance(obj, dict | list | tuple):
+        return serdes.json()
+    raise SerializationError(
+        f"no {what} serde for topic {topic!r} and a {type(obj).__name__} cannot be inferred: "
+        f"pass {what}_serde=... to to()/Produced"
+    )

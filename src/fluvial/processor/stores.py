@@ -1,0 +1,171 @@
+"""State stores for tasks: user-facing store builders, and turning a StoreSpec into a live store.
+
+The stores themselves live in :mod:`fluvial.state`; this module only chooses and wraps them
+(backend, record cache, timestamps) and gives processors a typed view.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from fluvial.config import to_millis
+from fluvial.serdes import Serde
+from fluvial.state.base import KeyValueStore, StateStore, WindowStore
+from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
+from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
+from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.typed import TypedKeyValueStore, TypedTimestampedKeyValueStore, TypedWindowStore
+from fluvial.topology.nodes import (
+    IN_MEMORY,
+    KEY_VALUE,
+    ROCKSDB,
+    STORE_TYPES,
+    TIMESTAMPED_KEY_VALUE,
+    WINDOW,
+    StoreSpec,
+)
+
+try:  # the record cache arrives with fluvial.state's caching module
+    from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore
+except ImportError:  # pragma: no cover - older state package
+    CachingKeyValueStore = None  # type: ignore[assignment,misc]
+    CachingWindowStore = None  # type: ignore[assignment,misc]
+
+
+def create_store(spec: StoreSpec, default_store_type: str, cache_max_bytes: int) -> StateStore:
+    """A fresh, unopened store for one task, wrapped in a cache when the spec asks for one."""
+    store_type = spec.store_type or default_store_type
+    if store_type not in STORE_TYPES:
+        raise ValueError(f"unknown store type {store_type!r}: use one of {', '.join(STORE_TYPES)}")
+    cached = spec.caching_enabled and cache_max_bytes > 0
+    if spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
+        kv: KeyValueStore = (
+            RocksDBKeyValueStore(spec.name)
+            if store_type == ROCKSDB
+            else InMemoryKeyValueStore(spec.name)
+        )
+        if cached and CachingKeyValueStore is not None:
+            kv = CachingKeyValueStore(kv, cache_max_bytes)
+        return TimestampedKeyValueStore(kv) if spec.kind == TIMESTAMPED_KEY_VALUE else kv
+    if spec.kind == WINDOW:
+        assert spec.retention_ms is not None and spec.window_size_ms is not None
+        window_cls = RocksDBWindowStore if store_type == ROCKSDB else InMemoryWindowStore
+        ws: WindowStore = window_cls(
+            spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates
+        )
+        if cached and CachingWindowStore is not None:
+            ws = CachingWindowStore(ws, cache_max_bytes)
+        return ws
+    raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
+
+
+def is_cached(store: StateStore) -> bool:
+    """Whether writes to ``store`` are held in a record cache until the next flush."""
+    inner = store.inner if isinstance(store, TimestampedKeyValueStore) else store
+    return CachingKeyValueStore is not None and isinstance(
+        inner, CachingKeyValueStore | CachingWindowStore
+    )
+
+
+def typed_view(spec: StoreSpec, store: StateStore, topic: str | None) -> Any:
+    """The object-level store a user processor gets from ``context.get_state_store``."""
+    assert spec.key_serde is not None and spec.value_serde is not None
+    if isinstance(store, TimestampedKeyValueStore):
+        return TypedTimestampedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
+    if isinstance(store, WindowStore):
+        return TypedWindowStore(store, spec.key_serde, spec.value_serde, topic)
+    assert isinstance(store, KeyValueStore)
+    return TypedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
+
+
+class StoreBuilder:
+    """Describes a store for ``builder.add_state_store``; made by :class:`Stores`.
+
+    User stores start with caching off and changelogging on, as in Kafka Streams.
+    """
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = {"caching_enabled": False, "logging_enabled": True, **fields}
+
+    @property
+    def name(self) -> str:
+        return str(self._fields["name"])
+
+    def with_caching_enabled(self) -> StoreBuilder:
+        return StoreBuilder(**{**self._fields, "caching_enabled": True})
+
+    def with_caching_disabled(self) -> StoreBuilder:
+        return StoreBuilder(**{**self._fields, "caching_enabled": False})
+
+    def with_logging_enabled(self) -> StoreBuilder:
+        return StoreBuilder(**{**self._fields, "logging_enabled": True})
+
+    def with_logging_disabled(self) -> StoreBuilder:
+        """No changelog: the store is lost with its task's local state. Rarely what you want."""
+        return StoreBuilder(**{**self._fields, "logging_enabled": False})
+
+    def build_spec(self) -> StoreSpec:
+        return StoreSpec(**self._fields)
+
+
+class Stores:
+    """Factories of :class:`StoreBuilder` for the Processor API."""
+
+    @staticmethod
+    def key_value_store_builder(
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        store_type: str | None = None,
+    ) -> StoreBuilder:
+        """A plain key-value store; ``store_type`` is ``"in_memory"``, ``"rocksdb"`` or the default."""
+        _check_type(store_type)
+        return StoreBuilder(
+            name=name, kind=KEY_VALUE, key_serde=key_serde, value_serde=value_serde,
+            store_type=store_type,
+        )  # fmt: skip
+
+    @staticmethod
+    def timestamped_key_value_store_builder(
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        store_type: str | None = None,
+    ) -> StoreBuilder:
+        """A key-value store whose values carry the timestamp of the record that wrote them."""
+        _check_type(store_type)
+        return StoreBuilder(
+            name=name, kind=TIMESTAMPED_KEY_VALUE, key_serde=key_serde, value_serde=value_serde,
+            store_type=store_type,
+        )  # fmt: skip
+
+    @staticmethod
+    def window_store_builder(
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        retention: int | timedelta,
+        window_size: int | timedelta,
+        retain_duplicates: bool = False,
+        store_type: str | None = None,
+    ) -> StoreBuilder:
+        """A window store keeping windows for ``retention`` of stream time."""
+        _check_type(store_type)
+        return StoreBuilder(
+            name=name, kind=WINDOW, key_serde=key_serde, value_serde=value_serde,
+            store_type=store_type, retention_ms=to_millis(retention, "retention"),
+            window_size_ms=to_millis(window_size, "window_size"),
+            retain_duplicates=retain_duplicates,
+        )  # fmt: skip
+
+
+def _check_type(store_type: str | None) -> None:
+    if store_type is not None and store_type not in STORE_TYPES:
+        raise ValueError(
+            f"unknown store type {store_type!r}: use {IN_MEMORY!r} or {ROCKSDB!r} "
+            "(or None for the runtime's default)"
+        )

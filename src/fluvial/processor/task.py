@@ -1,0 +1,347 @@
+"""``StreamTask``: one sub-topology over one partition number, driven by a runtime or the test driver.
+
+The runtime feeds raw records in (:meth:`StreamTask.add_records`), calls :meth:`process_one`
+and the punctuation methods in a loop, and at every commit calls :meth:`flush` and then reads
+:meth:`committable_offsets`. Everything the task produces (outputs, repartition records,
+changelog records) goes to the :class:`~fluvial.processor.collector.RecordCollector` as bytes.
+The task knows nothing of Kafka or of threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fluvial.config import StreamsConfig
+from fluvial.errors import SerializationError, StreamsError
+from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
+from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
+from fluvial.processor.context import LiveNode, NodeContext
+from fluvial.processor.metrics import (
+    CHANGELOG_RECORDS,
+    DESERIALIZATION_ERRORS,
+    DROPPED_RECORDS,
+    PUNCTUATIONS,
+    RECORDS_PROCESSED,
+    TaskMetrics,
+)
+from fluvial.processor.nodes import SinkProcessor, SourceProcessor
+from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
+from fluvial.processor.stores import create_store, typed_view
+from fluvial.records import Record
+from fluvial.state.base import ChangelogRecord, StateStore
+from fluvial.topology.nodes import IN_MEMORY, ROCKSDB, ProcessorNode, SinkNode, SourceNode
+from fluvial.topology.topology import Subtopology
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordContext:
+    """Metadata of what is being processed now: an input record, or a punctuation (no topic)."""
+
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    timestamp_ms: int
+
+
+class StreamTask:
+    """Runs one sub-topology for one partition: record choice, stream time, stores, punctuation."""
+
+    def __init__(
+        self,
+        task_id: TaskId | tuple[int, int],
+        subtopology: Subtopology,
+        config: StreamsConfig,
+        state_dir: Path | str | None,
+        collector: RecordCollector,
+        *,
+        default_store_type: str | None = None,
+        input_partitions: Iterable[TopicPartition] | None = None,
+    ) -> None:
+        self.task_id = TaskId(*task_id)
+        self.subtopology = subtopology
+        self.config = config
+        self.application_id = subtopology.application_id
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.collector = collector
+        # Persistent by default when there is somewhere to persist to, as in Kafka Streams.
+        self.default_store_type = default_store_type or (
+            ROCKSDB if self.state_dir is not None else IN_MEMORY
+        )
+        self.metrics = TaskMetrics()
+        self.stream_time = -1  # unknown until the first record
+        self.wall_clock_ms = 0
+        self.commit_requested = False
+        self.current = RecordContext(None, None, None, -1)
+
+        if input_partitions is None:
+            input_partitions = [(t, self.task_id.partition) for t in subtopology.source_topics]
+        # Queues in a fixed order: ties on head timestamp go to the first, deterministically.
+        self._queues: dict[TopicPartition, deque[ConsumedRecord]] = {
+            tp: deque() for tp in input_partitions
+        }
+        self._consumed: dict[TopicPartition, int] = {}
+        self._sources = subtopology.source_node_for()
+        self._idle_since: int | None = None
+
+        cache_bytes = int(config.cache_max_bytes)
+        self._specs = {spec.name: spec for spec in subtopology.stores}
+        self._changelogs = subtopology.changelog_topics()
+        self.stores: dict[str, StateStore] = {
+            spec.name: create_store(spec, self.default_store_type, cache_bytes)
+            for spec in subtopology.stores
+        }
+        self._typed: dict[str, Any] = {}
+        self._nodes: dict[str, LiveNode] = {}
+        self._stream_punctuations = PunctuationQueue()
+        self._wall_punctuations = PunctuationQueue()
+        self._stores_open = False
+        self._initialized = False
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open_stores(self) -> None:
+        """Open every store. The runtime restores changelogs after this and before initialize()."""
+        if self._stores_open:
+            return
+        for name, store in self.stores.items():
+            store.init(self._store_dir())
+            topic = self._changelogs.get(name)
+            if topic is not None:
+                store.set_change_listener(self._changelog_sender(topic))
+        self._stores_open = True
+
+    def restore(self, store_name: str, records: Iterable[ChangelogRecord]) -> None:
+        """Apply changelog records to a store; must happen before :meth:`initialize`."""
+        if self._initialized:
+            raise StreamsError("restore stores before initialize(): processors read them in init")
+        self.open_stores()
+        self.stores[store_name].restore(records)
+
+    def changelog_partitions(self) -> dict[str, TopicPartition]:
+        """Store name -> (changelog topic, partition) for stores with a changelog."""
+        return {name: (topic, self.task_id.partition) for name, topic in self._changelogs.items()}
+
+    def initialize(self) -> None:
+        """Build the live processor graph and call every processor's ``init``."""
+        if self._initialized:
+            return
+        self.open_stores()
+        sub = self.subtopology
+        for name in sub.node_names:
+            spec = sub.nodes[name]
+            processor: Processor[Any, Any]
+            stores: list[str] = []
+            if isinstance(spec, SourceNode):
+                processor = SourceProcessor()
+            elif isinstance(spec, SinkNode):
+                topic = sub.resolve(spec.topic)
+                processor = SinkProcessor(
+                    topic,
+                    spec.key_serde,
+                    spec.value_serde,
+                    self.collector,
+                    spec.partitioner,
+                    count_metric=topic not in sub.repartition_topics_written(),
+                )
+            else:
+                assert isinstance(spec, ProcessorNode) and spec.supplier is not None
+                processor = spec.supplier()
+                stores = list(spec.stores)
+            self._nodes[name] = LiveNode(name, processor, stores)
+        for name in sub.node_names:
+            self._nodes[name].children = [self._nodes[c] for c in sub.nodes[name].children]
+        for name in sub.node_names:  # sources first, so parents are ready before children
+            live = self._nodes[name]
+            live.processor.init(NodeContext(self, live))
+        self._initialized = True
+
+    def close(self) -> None:
+        """Close processors then stores. Flush and commit first if the results should count."""
+        if self._closed:
+            return
+        self._closed = True
+        for live in self._nodes.values():
+            live.processor.close()
+        for store in self.stores.values():
+            if store.is_open:
+                store.close()
+
+    # -- input ------------------------------------------------------------------------------
+    def add_records(self, topic: str, partition: int, records: Iterable[ConsumedRecord]) -> None:
+        """Buffer raw records of one input partition, in offset order."""
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            raise StreamsError(
+                f"task {self.task_id} does not own {topic}-{partition}; it reads "
+                f"{sorted(self._queues)}"
+            )
+        queue.extend(records)
+
+    def buffered_records(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def process_one(self, wall_clock_ms: int | None = None) -> bool:
+        """Process the next record, if one may go now; return whether one did."""
+        if not self._initialized:
+            self.initialize()
+        if wall_clock_ms is not None:
+            self.wall_clock_ms = max(self.wall_clock_ms, wall_clock_ms)
+        tp = self._choose_partition()
+        if tp is None:
+            return False
+        raw = self._queues[tp].popleft()
+        topic, partition = tp
+        try:
+            self._process(topic, partition, raw)
+        finally:
+            self._consumed[tp] = raw.offset + 1
+        return True
+
+    def _choose_partition(self) -> TopicPartition | None:
+        """The partition whose head record has the smallest timestamp.
+
+        While some partition is empty the task may wait up to ``max_task_idle_ms`` of wall-clock
+        time for it, since its next record could be older than every buffered one.
+        """
+        ready = [tp for tp, queue in self._queues.items() if queue]
+        if not ready:
+            return None
+        max_idle = int(self.config.max_task_idle_ms)
+        if len(ready) < len(self._queues) and max_idle > 0:
+            if self._idle_since is None:
+                self._idle_since = self.wall_clock_ms
+            if self.wall_clock_ms - self._idle_since < max_idle:
+                return None
+        else:
+            self._idle_since = None
+        return min(ready, key=lambda tp: self._queues[tp][0].timestamp_ms)
+
+    def _process(self, topic: str, partition: int, raw: ConsumedRecord) -> None:
+        if raw.timestamp_ms < 0:
+            log.warning(
+                "dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset
+            )
+            self.metrics.increment(DROPPED_RECORDS)
+            return
+        source = self._sources[topic]
+        try:
+            key = (
+                raw.key
+                if source.key_serde is None
+                else source.key_serde.deserialize(topic, raw.key)
+            )
+            value = (
+                raw.value
+                if source.value_serde is None
+                else source.value_serde.deserialize(topic, raw.value)
+            )
+        except SerializationError as exc:
+            self._deserialization_failed(topic, partition, raw, exc)
+            return
+        # Stream time moves before processing, so the record's own windows see it.
+        self.stream_time = max(self.stream_time, raw.timestamp_ms)
+        self.current = RecordContext(topic, partition, raw.offset, raw.timestamp_ms)
+        record = Record(
+            key, value, raw.timestamp_ms, list(raw.headers), topic, partition, raw.offset
+        )
+        self._nodes[source.name].processor.process(record)
+        self.metrics.increment(RECORDS_PROCESSED)
+
+    def _deserialization_failed(
+        self, topic: str, partition: int, raw: ConsumedRecord, exc: SerializationError
+    ) -> None:
+        where = f"{topic}-{partition}@{raw.offset}"
+        if self.config.default_deserialization_exception_handler == "fail":
+            raise SerializationError(
+                f"task {self.task_id} cannot deserialize {where}: {exc}. Fix the serde, or set "
+                "default_deserialization_exception_handler='log_and_continue' to skip such records"
+            ) from exc
+        log.warning("skipping record %s that cannot be deserialized: %s", where, exc)
+        self.metrics.increment(DESERIALIZATION_ERRORS)
+        self.metrics.increment(DROPPED_RECORDS)
+        if self.config.dead_letter_topic:
+            headers = list(raw.headers) + [
+                ("fluvial.error", str(exc).encode()),
+                ("fluvial.source", where.encode()),
+            ]
+            self.collector.send(
+                self.config.dead_letter_topic, raw.key, raw.value, raw.timestamp_ms, headers, None
+            )
+
+    # -- punctuation ------------------------------------------------------------------------
+    def schedule(
+        self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
+    ) -> Cancellable:
+        if type_ is PunctuationType.STREAM_TIME:
+            # Aligned to 0: fires as soon as there is stream time, then on the interval grid.
+            return self._stream_punctuations.add(0, interval_ms, type_, callback, node_name)
+        return self._wall_punctuations.add(
+            self.wall_clock_ms + interval_ms, interval_ms, type_, callback, node_name
+        )
+
+    def punctuate_stream_time(self) -> bool:
+        """Fire due stream-time punctuators; call after processing records."""
+        if self.stream_time < 0:
+            return False
+        return self._stream_punctuations.fire_due(self.stream_time, self._punctuate)
+
+    def punctuate_wall_clock(self, now_ms: int) -> bool:
+        """Fire due wall-clock punctuators at wall-clock time ``now_ms``."""
+        self.wall_clock_ms = max(self.wall_clock_ms, now_ms)
+        return self._wall_punctuations.fire_due(self.wall_clock_ms, self._punctuate)
+
+    def _punctuate(self, schedule: PunctuationSchedule, now_ms: int) -> None:
+        self.current = RecordContext(None, None, None, now_ms)
+        schedule.callback(now_ms)
+        self.metrics.increment(PUNCTUATIONS)
+
+    # -- commit -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Flush caches and stores, in topology order, so every result has reached the collector.
+
+        Upstream stores flush first: a cache flush forwards records that may write into
+        downstream stores, which must then be flushed in turn.
+        """
+        for store in self.stores.values():
+            store.flush()
+        self.commit_requested = False
+
+    def committable_offsets(self) -> dict[TopicPartition, int]:
+        """(topic, partition) -> offset of the next record to read, for processed partitions."""
+        return dict(self._consumed)
+
+    # -- stores -----------------------------------------------------------------------------
+    def store_for_processor(self, name: str) -> Any:
+        """DSL processors get the bytes store; user processors a typed view."""
+        spec = self._specs[name]
+        store = self.stores[name]
+        if spec.internal_format:
+            return store
+        if name not in self._typed:
+            self._typed[name] = typed_view(spec, store, self._changelogs.get(name))
+        return self._typed[name]
+
+    def _store_dir(self) -> Path | None:
+        return self.state_dir
+
+    def _changelog_sender(self, topic: str) -> Any:
+        partition = self.task_id.partition
+
+        def send(change: ChangelogRecord) -> None:
+            # The record timestamp travels with the change, so a restored table keeps it.
+            self.collector.send(topic, change.key, change.value, change.timestamp_ms, [], partition)
+            self.metrics.increment(CHANGELOG_RECORDS)
+
+        return send
+
+    def __repr__(self) -> str:
+        return f"StreamTask({self.task_id}, stream_time={self.stream_time})"

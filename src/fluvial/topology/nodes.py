@@ -1,0 +1,103 @@
+"""The static pieces of a topology: source, processor and sink nodes, and state store specs.
+
+These are descriptions, not running things. A task turns each node into a live processor
+(:mod:`fluvial.processor.task`), so one topology can run as many tasks as it has partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluvial.processor.api import ProcessorSupplier
+from fluvial.serdes import Serde
+
+StreamPartitioner = Callable[[str, Any, Any, int], int | None]
+"""``(topic, key, value, num_partitions) -> partition`` or ``None`` for the default partitioner."""
+
+
+@dataclass
+class Node:
+    """A node of the processor graph, named uniquely within its topology."""
+
+    name: str
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SourceNode(Node):
+    """Reads topics and turns their bytes into objects with its serdes.
+
+    ``topics`` hold internal topic names unprefixed; the runtime's application id completes them.
+    """
+
+    topics: list[str] = field(default_factory=list)
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+
+
+@dataclass
+class ProcessorNode(Node):
+    """Runs a processor made fresh for each task by ``supplier``."""
+
+    supplier: ProcessorSupplier | None = None
+    stores: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SinkNode(Node):
+    """Serializes records and hands them to the task's record collector."""
+
+    topic: str = ""
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    partitioner: StreamPartitioner | None = None
+
+
+KEY_VALUE = "key_value"
+TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
+WINDOW = "window"
+STORE_KINDS = (KEY_VALUE, TIMESTAMPED_KEY_VALUE, WINDOW)
+
+IN_MEMORY = "in_memory"
+ROCKSDB = "rocksdb"
+STORE_TYPES = (IN_MEMORY, ROCKSDB)
+
+ONE_DAY_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Everything needed to create one state store in every task that uses it.
+
+    ``store_type`` ``None`` means "the runtime's default backend", so a test can run the same
+    topology over in-memory and RocksDB stores without rebuilding it.
+    """
+
+    name: str
+    kind: str
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    store_type: str | None = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    retention_ms: int | None = None
+    window_size_ms: int | None = None
+    retain_duplicates: bool = False
+    # Set for stores that the DSL itself reads and writes as bytes; user stores get typed views.
+    internal_format: bool = False
+
+    def changelog_topic(self, application_id: str) -> str | None:
+        """``<application_id>-<store>-changelog``, or ``None`` when logging is off."""
+        if not self.logging_enabled:
+            return None
+        return f"{application_id}-{self.name}-changelog"
+
+    def changelog_configs(self) -> dict[str, str]:
+        """Topic configs the changelog needs: compacted; windows also expire with retention."""
+        if self.kind == WINDOW:
+            retention = (self.retention_ms or 0) + ONE_DAY_MS
+            return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+        return {"cleanup.policy": "compact"}

@@ -1,0 +1,297 @@
+"""``Topology``: the frozen processor graph, cut into sub-topologies, plus what the runtime needs.
+
+A sub-topology is a connected part of the graph: nodes joined by parent/child edges or by a
+shared state store. Repartition topics are the only links between sub-topologies, which is why
+each sub-topology can run as independent tasks, one per partition.
+
+The application id is not known when a topology is built; internal topic names are completed by
+:meth:`Topology.subtopologies` and friends once the runtime binds one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from fluvial.topology.nodes import Node, ProcessorNode, SinkNode, SourceNode, StoreSpec
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """A topic the application creates and owns (repartition or changelog)."""
+
+    name: str
+    kind: str
+    configs: dict[str, str] = field(default_factory=dict)
+    num_partitions: int | None = None
+    # Topics whose partition count this one follows when ``num_partitions`` is None.
+    follows: tuple[str, ...] = ()
+
+    def full_name(self, application_id: str) -> str:
+        return f"{application_id}-{self.name}"
+
+
+@dataclass(frozen=True)
+class Subtopology:
+    """One independently runnable part of a topology, with topic names bound to an application."""
+
+    id: int
+    application_id: str
+    node_names: tuple[str, ...]
+    nodes: dict[str, Node]
+    stores: tuple[StoreSpec, ...]
+    source_topics: tuple[str, ...]
+    repartition_source_topics: tuple[str, ...]
+    sink_topics: tuple[str, ...]
+    _internal: frozenset[str]
+
+    def resolve(self, topic: str) -> str:
+        """The real topic name: internal topics get the ``<application_id>-`` prefix."""
+        return f"{self.application_id}-{topic}" if topic in self._internal else topic
+
+    def source_node_for(self) -> dict[str, SourceNode]:
+        """Resolved topic name -> the source node reading it."""
+        found: dict[str, SourceNode] = {}
+        for name in self.node_names:
+            node = self.nodes[name]
+            if isinstance(node, SourceNode):
+                for topic in node.topics:
+                    found[self.resolve(topic)] = node
+        return found
+
+    def repartition_topics_written(self) -> frozenset[str]:
+        """Resolved names of the repartition topics this sub-topology's sinks write."""
+        return frozenset(
+            self.resolve(n.topic)
+            for n in self.nodes.values()
+            if isinstance(n, SinkNode) and n.name in self.node_names and n.topic in self._internal
+        )
+
+    def changelog_topics(self) -> dict[str, str]:
+        """Store name -> changelog topic, for stores with logging on."""
+        out = {}
+        for store in self.stores:
+            topic = store.changelog_topic(self.application_id)
+            if topic is not None:
+                out[store.name] = topic
+        return out
+
+
+class Topology:
+    """A validated processor graph. Build it with :meth:`fluvial.StreamsBuilder.build`."""
+
+    def __init__(
+        self,
+        nodes: dict[str, Node],
+        stores: dict[str, StoreSpec],
+        internal_topics: dict[str, InternalTopic],
+        copartition_groups: list[set[str]],
+    ) -> None:
+        self.nodes = nodes
+        self.stores = stores
+        self._internal_topics = internal_topics
+        self._copartition_sources = copartition_groups
+        self._groups = self._make_groups()
+
+    # -- structure --------------------------------------------------------------------------
+    def _make_groups(self) -> list[list[str]]:
+        """Connected components; numbered from sources sorted by name, as Kafka Streams does."""
+        parent = {name: name for name in self.nodes}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def union(a: str, b: str) -> None:
+            parent[find(a)] = find(b)
+
+        store_users: dict[str, str] = {}
+        for node in self.nodes.values():
+            for child in node.children:
+                union(node.name, child)
+            if isinstance(node, ProcessorNode):
+                for store in node.stores:
+                    if store in store_users:
+                        union(node.name, store_users[store])
+                    store_users[store] = node.name
+        order: list[str] = sorted(n for n, v in self.nodes.items() if isinstance(v, SourceNode))
+        order += sorted(n for n, v in self.nodes.items() if not isinstance(v, SourceNode))
+        roots: dict[str, int] = {}
+        for name in order:
+            roots.setdefault(find(name), len(roots))
+        groups: list[list[str]] = [[] for _ in roots]
+        for name in self.nodes:
+            groups[roots[find(name)]].append(name)
+        return [self._topological(g) for g in groups]
+
+    def _topological(self, names: list[str]) -> list[str]:
+        """Sources first (by name), then breadth-first, so describe() reads top to bottom."""
+        members = set(names)
+        queue = deque(sorted(n for n in names if isinstance(self.nodes[n], SourceNode)))
+        seen: list[str] = []
+        indegree = {n: len([p for p in self.nodes[n].parents if p in members]) for n in names}
+        while queue:
+            name = queue.popleft()
+            seen.append(name)
+            for child in self.nodes[name].children:
+                indegree[child] -= 1
+                if indegree[child] == 0:
+                    queue.append(child)
+        seen += [n for n in names if n not in seen]  # orphans (cannot happen from the DSL)
+        return seen
+
+    # -- metadata for the runtime -----------------------------------------------------------
+    @property
+    def subtopology_count(self) -> int:
+        return len(self._groups)
+
+    def subtopologies(self, application_id: str) -> list[Subtopology]:
+        """Every sub-topology with topic names bound to ``application_id``."""
+        return [self.subtopology(i, application_id) for i in range(len(self._groups))]
+
+    def subtopology(self, subtopology_id: int, application_id: str) -> Subtopology:
+        names = self._groups[subtopology_id]
+        internal = frozenset(self._internal_topics)
+        sources: list[str] = []
+        sinks: list[str] = []
+        store_names: list[str] = []
+        for name in names:
+            node = self.nodes[name]
+            if isinstance(node, SourceNode):
+                sources += node.topics
+            elif isinstance(node, SinkNode):
+                if node.topic not in sinks:
+                    sinks.append(node.topic)
+            elif isinstance(node, ProcessorNode):
+                store_names += [s for s in node.stores if s not in store_names]
+
+        def resolve(topic: str) -> str:
+            return f"{application_id}-{topic}" if topic in internal else topic
+
+        return Subtopology(
+            id=subtopology_id,
+            application_id=application_id,
+            node_names=tuple(names),
+            nodes=self.nodes,
+            stores=tuple(self.stores[s] for s in store_names),
+            source_topics=tuple(resolve(t) for t in sources),
+            repartition_source_topics=tuple(resolve(t) for t in sources if t in internal),
+            sink_topics=tuple(resolve(t) for t in sinks),
+            _internal=internal,
+        )
+
+    def source_topics(self) -> list[str]:
+        """User topics the application reads (internal topics excluded)."""
+        return sorted(
+            {
+                t
+                for n in self.nodes.values()
+                if isinstance(n, SourceNode)
+                for t in n.topics
+                if t not in self._internal_topics
+            }
+        )
+
+    def sink_topics(self) -> list[str]:
+        """User topics the application writes (internal topics excluded)."""
+        return sorted(
+            {
+                n.topic
+                for n in self.nodes.values()
+                if isinstance(n, SinkNode) and n.topic not in self._internal_topics
+            }
+        )
+
+    def internal_topics(self, application_id: str) -> list[InternalTopic]:
+        """Repartition and changelog topics, with full names and the configs they need.
+
+        ``follows`` lists the user source topics whose (maximum) partition count the topic takes.
+        """
+        out: list[InternalTopic] = []
+        user_sources = self._upstream_user_sources()
+        for sub_id, names in enumerate(self._groups):
+            for name in names:
+                node = self.nodes[name]
+                if isinstance(node, SinkNode) and node.topic in self._internal_topics:
+                    topic = self._internal_topics[node.topic]
+                    if all(t.name != topic.full_name(application_id) for t in out):
+                        out.append(
+                            InternalTopic(
+                                name=topic.full_name(application_id),
+                                kind=topic.kind,
+                                configs=dict(topic.configs),
+                                num_partitions=topic.num_partitions,
+                                follows=tuple(user_sources[sub_id]),
+                            )
+                        )
+            sub = self.subtopology(sub_id, application_id)
+            for store in sub.stores:
+                changelog = store.changelog_topic(application_id)
+                if changelog is not None:
+                    out.append(
+                        InternalTopic(
+                            name=changelog,
+                            kind="changelog",
+                            configs=store.changelog_configs(),
+                            follows=sub.source_topics,
+                        )
+                    )
+        return out
+
+    def _upstream_user_sources(self) -> list[list[str]]:
+        """Per sub-topology, the user topics that feed it, directly or via repartition topics."""
+        direct: list[set[str]] = []
+        reads_internal: list[set[str]] = []
+        writes_internal: list[set[str]] = []
+        for names in self._groups:
+            user, r_int, w_int = set(), set(), set()
+            for name in names:
+                node = self.nodes[name]
+                if isinstance(node, SourceNode):
+                    for t in node.topics:
+                        (r_int if t in self._internal_topics else user).add(t)
+                elif isinstance(node, SinkNode) and node.topic in self._internal_topics:
+                    w_int.add(node.topic)
+            direct.append(user)
+            reads_internal.append(r_int)
+            writes_internal.append(w_int)
+        result = [set(d) for d in direct]
+        changed = True
+        while changed:  # propagate along repartition links until nothing changes
+            changed = False
+            for i, reads in enumerate(reads_internal):
+                for j, writes in enumerate(writes_internal):
+                    if reads & writes and not result[j] <= result[i]:
+                        result[i] |= result[j]
+                        changed = True
+        # A repartition topic written by sub-topology i follows i's own inputs.
+        return [sorted(r) for r in result]
+
+    def copartition_groups(self, application_id: str) -> list[set[str]]:
+        """Sets of topics that must have equal partition counts (join inputs)."""
+        groups = []
+        for sources in self._copartition_sources:
+            topics: set[str] = set()
+            for source in sources:
+                node = self.nodes[source]
+                assert isinstance(node, SourceNode)
+                topics |= {
+                    f"{application_id}-{t}" if t in self._internal_topics else t
+                    for t in node.topics
+                }
+            groups.append(topics)
+        return groups
+
+    def describe(self, application_id: str | None = None):  # noqa: ANN201 - see describe.py
+        """A printable :class:`~fluvial.topology.describe.TopologyDescription`.
+
+        Without ``application_id``, internal topics show without their prefix, as in Kafka Streams.
+        """
+        from fluvial.topology.describe import TopologyDescription
+
+        return TopologyDescription.of(self, application_id)
+
+    def __repr__(self) -> str:
+        return f"Topology({len(self._groups)} sub-topologies, {len(self.nodes)} nodes)"
