@@ -1,0 +1,131 @@
+"""The ``fluvial`` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from fluvial.errors import FluvialError
+from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
+
+app = typer.Typer(
+    help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+kafka_app = typer.Typer(help="Run a local Apache Kafka (KRaft) for development and tests.")
+app.add_typer(kafka_app, name="kafka")
+
+console = Console(stderr=True)
+out = Console()
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Directory holding the cluster's data and logs [default: ~/.fluvial/kafka-PORT].",
+    ),
+]
+PortOption = Annotated[
+    int, typer.Option("--port", help="Port of the first broker; broker N listens on PORT+N-1.")
+]
+
+
+def _fail(error: Exception) -> None:
+    console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1)
+
+
+def _cluster(data_dir: Path | None, port: int, brokers: int = 1, heap: str = DEFAULT_HEAP):
+    return LocalKafka(data_dir, port=port, brokers=brokers, heap=heap)
+
+
+@kafka_app.command("start")
+def kafka_start(
+    data_dir: DataDirOption = None,
+    port: PortOption = DEFAULT_PORT,
+    brokers: Annotated[int, typer.Option(help="Number of brokers (3 gives RF 3, min ISR 2).")] = 1,
+    heap: Annotated[str, typer.Option(help="Maximum JVM heap per broker, e.g. 512m or 1g.")] = (
+        DEFAULT_HEAP
+    ),
+) -> None:
+    """Start a local cluster (idempotent); prints its bootstrap.servers when it is ready."""
+    try:
+        cluster = _cluster(data_dir, port, brokers, heap)
+        if cluster.is_running():
+            console.print(f"already running in {cluster.data_dir}")
+        else:
+            started = time.monotonic()
+            with console.status("starting Apache Kafka") as status:
+                cluster.start(progress=lambda msg: status.update(msg))
+            console.print(
+                f"Apache Kafka {KAFKA_VERSION} is ready: {cluster.brokers} broker(s), "
+                f"data in {cluster.data_dir} ({time.monotonic() - started:.1f} s)"
+            )
+        out.print(cluster.bootstrap_servers, highlight=False)
+    except FluvialError as error:
+        _fail(error)
+
+
+@kafka_app.command("stop")
+def kafka_stop(data_dir: DataDirOption = None, port: PortOption = DEFAULT_PORT) -> None:
+    """Stop a local cluster; its data directory is kept for the next start."""
+    cluster = _cluster(data_dir, port)
+    running = [n for n in cluster.node_ids() if cluster.pid(n) is not None]
+    cluster.stop()
+    console.print(f"stopped {len(running)} broker(s); data kept in {cluster.data_dir}")
+
+
+@kafka_app.command("status")
+def kafka_status(
+    data_dir: DataDirOption = None,
+    port: PortOption = DEFAULT_PORT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Show whether a local cluster runs, its brokers and bootstrap servers. Exit 1 if down."""
+    cluster = _cluster(data_dir, port)
+    status = cluster.status()
+    if as_json:
+        out.print_json(json.dumps(status))
+    else:
+        state = "[green]serving[/]" if status["serving"] else "[red]not serving[/]"
+        out.print(f"{state}  bootstrap.servers={status['bootstrap_servers']}  ({cluster.data_dir})")
+        for node_id, node in status["brokers"].items():  # type: ignore[attr-defined]
+            pid = node["pid"] or "-"
+            out.print(f"  broker {node_id}: port {node['port']} pid {pid}")
+    if not status["serving"]:
+        raise typer.Exit(code=1)
+
+
+@kafka_app.command("logs")
+def kafka_logs(
+    data_dir: DataDirOption = None,
+    port: PortOption = DEFAULT_PORT,
+    broker: Annotated[int, typer.Option(help="Which broker's log.")] = 1,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines.")] = 50,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines.")] = False,
+) -> None:
+    """Print the end of a broker's log."""
+    cluster = _cluster(data_dir, port)
+    path = cluster.log_file(broker)
+    if not path.exists():
+        _fail(FluvialError(f"no log at {path}: has this cluster been started?"))
+    if follow:
+        subprocess.run(["tail", "-n", str(lines), "-F", str(path)], check=False)
+    else:
+        sys.stdout.write("".join(path.read_text(errors="replace").splitlines(True)[-lines:]))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

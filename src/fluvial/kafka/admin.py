@@ -1,0 +1,70 @@
+"""Small admin helpers over confluent-kafka: create topics and wait for them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from fluvial.errors import FluvialError
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    replication_factor: int = -1  # -1: the broker's default.replication.factor
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def admin_client(bootstrap_servers: str, **extra: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **extra})
+
+
+def create_topics(
+    bootstrap_servers: str,
+    specs: list[TopicSpec],
+    *,
+    timeout_s: float = 30.0,
+    exist_ok: bool = True,
+) -> None:
+    """Create topics and wait until every partition has a leader.
+
+    Existing topics are accepted when ``exist_ok``; their partition count is not changed.
+    """
+    if not specs:
+        return
+    admin = admin_client(bootstrap_servers)
+    new = [
+        NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
+                 config=dict(s.config))
+        for s in specs
+    ]  # fmt: skip
+    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as error:
+            if exist_ok and error.args[0].name() == "TOPIC_ALREADY_EXISTS":
+                continue
+            raise FluvialError(f"could not create topic {name!r}: {error.args[0].str()}") from None
+    _wait_for_leaders(admin, {s.name: s.partitions for s in specs}, timeout_s)
+
+
+def _wait_for_leaders(admin: AdminClient, expected: dict[str, int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    missing: list[str] = list(expected)
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(timeout=5)
+        missing = []
+        for name in expected:
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None or not topic.partitions:
+                missing.append(name)
+            elif any(p.leader < 0 for p in topic.partitions.values()):
+                missing.append(name)
+        if not missing:
+            return
+        time.sleep(0.1)
+    raise FluvialError(f"topics without partition leaders after {timeout_s:.0f} s: {missing}")

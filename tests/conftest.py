@@ -1,0 +1,90 @@
+"""Session-wide fixtures: one local Apache Kafka, one SparkSession, unique names per test.
+
+Every integration test shares the session's cluster and SparkSession; factories hand each test
+its own topic names and application ids so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fluvial.kafka import LocalKafka, free_port
+from fluvial.kafka.admin import TopicSpec, create_topics
+
+# Modest heaps: Kafka and Spark share a 2-core machine with the tests themselves.
+TEST_BROKER_HEAP = os.environ.get("FLUVIAL_TEST_BROKER_HEAP", "768m")
+TEST_SPARK_MEMORY = os.environ.get("FLUVIAL_TEST_SPARK_MEMORY", "1g")
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """The session's single-broker local Kafka, on a free port, stopped at the end."""
+    data_dir = tmp_path_factory.mktemp("kafka")
+    with LocalKafka(data_dir, port=free_port(), heap=TEST_BROKER_HEAP) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(kafka_cluster: LocalKafka) -> str:
+    return kafka_cluster.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark(kafka_cluster: LocalKafka):  # noqa: ANN201 - pyspark is imported lazily
+    """The session's SparkSession (``local[2]``) with Spark's Kafka connector."""
+    from fluvial.spark import local_spark_session
+
+    session = local_spark_session(
+        "local[2]", app_name="fluvial-tests", driver_memory=TEST_SPARK_MEMORY
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Names unique to this test: ``unique_name("input")`` → ``test-foo-input-3-1a2b3c``."""
+    test = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40]
+    token = uuid.uuid4().hex[:6]
+
+    def make(label: str) -> str:
+        return f"{test}-{label}-{next(_counter)}-{token}"
+
+    return make
+
+
+@pytest.fixture
+def app_id_factory(unique_name: Callable[[str], str]) -> Callable[[], str]:
+    return lambda: unique_name("app")
+
+
+@pytest.fixture
+def topic_factory(
+    bootstrap_servers: str, unique_name: Callable[[str], str]
+) -> Callable[..., str]:
+    """Create a topic with a unique name on the session cluster and return its name."""
+
+    def make(label: str = "topic", partitions: int = 1, **config: str) -> str:
+        name = unique_name(label)
+        create_topics(
+            bootstrap_servers,
+            [TopicSpec(name, partitions, config={k.replace("_", "."): v for k, v in config.items()})],
+        )
+        return name
+
+    return make
+
+
+@pytest.fixture
+def fluvial_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private FLUVIAL_HOME so CLI tests never touch the user's clusters."""
+    monkeypatch.setenv("FLUVIAL_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
