@@ -67,16 +67,18 @@ def app_id_factory(unique_name: Callable[[str], str]) -> Callable[[], str]:
 
 
 @pytest.fixture
-def topic_factory(
-    bootstrap_servers: str, unique_name: Callable[[str], str]
-) -> Callable[..., str]:
+def topic_factory(bootstrap_servers: str, unique_name: Callable[[str], str]) -> Callable[..., str]:
     """Create a topic with a unique name on the session cluster and return its name."""
 
     def make(label: str = "topic", partitions: int = 1, **config: str) -> str:
         name = unique_name(label)
         create_topics(
             bootstrap_servers,
-            [TopicSpec(name, partitions, config={k.replace("_", "."): v for k, v in config.items()})],
+            [
+                TopicSpec(
+                    name, partitions, config={k.replace("_", "."): v for k, v in config.items()}
+                )
+            ],
         )
         return name
 

@@ -110,7 +110,9 @@ def kafka_logs(
     port: PortOption = DEFAULT_PORT,
     broker: Annotated[int, typer.Option(help="Which broker's log.")] = 1,
     lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines.")] = 50,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines.")] = False,
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="Keep printing new lines.")
+    ] = False,
 ) -> None:
     """Print the end of a broker's log."""
     cluster = _cluster(data_dir, port)

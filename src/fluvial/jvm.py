@@ -115,3 +115,15 @@ def _run_maven(pom: bytes, target: Path) -> None:
 
 def classpath(jars: list[Path]) -> str:
     return os.pathsep.join(str(j) for j in jars)
+
+
+def main() -> None:
+    """``python -m fluvial.jvm``: resolve every bundled pom now (set-up and CI use it)."""
+    java_executable()
+    for pom in ("kafka.xml", "spark-kafka.xml"):
+        jars = resolve_jars(pom)
+        print(f"{pom}: {len(jars)} jars in {jars[0].parent}")
+
+
+if __name__ == "__main__":
+    main()

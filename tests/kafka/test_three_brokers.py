@@ -11,8 +11,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from fluvial.kafka import LocalKafka, free_port
-from fluvial.kafka.local import port_is_free
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.kafka.local import port_is_free
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

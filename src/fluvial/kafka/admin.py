@@ -60,9 +60,12 @@ def _wait_for_leaders(admin: AdminClient, expected: dict[str, int], timeout_s: f
         missing = []
         for name in expected:
             topic = metadata.topics.get(name)
-            if topic is None or topic.error is not None or not topic.partitions:
-                missing.append(name)
-            elif any(p.leader < 0 for p in topic.partitions.values()):
+            if (
+                topic is None
+                or topic.error is not None
+                or not topic.partitions
+                or any(p.leader < 0 for p in topic.partitions.values())
+            ):
                 missing.append(name)
         if not missing:
             return

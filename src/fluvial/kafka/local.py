@@ -9,6 +9,7 @@ benchmarks can run several clusters on different ports at once.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -384,10 +385,8 @@ class LocalKafka:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap(pid: int) -> None:
