@@ -12,6 +12,7 @@ from typing import Any
 from fluvial.config import to_millis
 from fluvial.serdes import Serde
 from fluvial.state.base import KeyValueStore, StateStore, WindowStore
+from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
@@ -26,27 +27,25 @@ from fluvial.topology.nodes import (
     StoreSpec,
 )
 
-try:  # the record cache arrives with fluvial.state's caching module
-    from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore
-except ImportError:  # pragma: no cover - older state package
-    CachingKeyValueStore = None  # type: ignore[assignment,misc]
-    CachingWindowStore = None  # type: ignore[assignment,misc]
 
+def create_store(spec: StoreSpec, default_store_type: str, cache: ThreadCache | None) -> StateStore:
+    """A fresh, unopened store for one task, wrapped in a cache when the spec asks for one.
 
-def create_store(spec: StoreSpec, default_store_type: str, cache_max_bytes: int) -> StateStore:
-    """A fresh, unopened store for one task, wrapped in a cache when the spec asks for one."""
+    All caches of a task share ``cache``'s byte budget; ``None`` (or a zero budget) turns
+    caching off.
+    """
     store_type = spec.store_type or default_store_type
     if store_type not in STORE_TYPES:
         raise ValueError(f"unknown store type {store_type!r}: use one of {', '.join(STORE_TYPES)}")
-    cached = spec.caching_enabled and cache_max_bytes > 0
+    cached = spec.caching_enabled and cache is not None and cache.max_bytes > 0
     if spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
         kv: KeyValueStore = (
             RocksDBKeyValueStore(spec.name)
             if store_type == ROCKSDB
             else InMemoryKeyValueStore(spec.name)
         )
-        if cached and CachingKeyValueStore is not None:
-            kv = CachingKeyValueStore(kv, cache_max_bytes)
+        if cached:
+            kv = CachingKeyValueStore(kv, cache=cache)
         return TimestampedKeyValueStore(kv) if spec.kind == TIMESTAMPED_KEY_VALUE else kv
     if spec.kind == WINDOW:
         assert spec.retention_ms is not None and spec.window_size_ms is not None
@@ -54,8 +53,8 @@ def create_store(spec: StoreSpec, default_store_type: str, cache_max_bytes: int)
         ws: WindowStore = window_cls(
             spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates
         )
-        if cached and CachingWindowStore is not None:
-            ws = CachingWindowStore(ws, cache_max_bytes)
+        if cached and not spec.retain_duplicates:
+            ws = CachingWindowStore(ws, cache=cache)
         return ws
     raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
 
@@ -63,9 +62,7 @@ def create_store(spec: StoreSpec, default_store_type: str, cache_max_bytes: int)
 def is_cached(store: StateStore) -> bool:
     """Whether writes to ``store`` are held in a record cache until the next flush."""
     inner = store.inner if isinstance(store, TimestampedKeyValueStore) else store
-    return CachingKeyValueStore is not None and isinstance(
-        inner, CachingKeyValueStore | CachingWindowStore
-    )
+    return isinstance(inner, CachingKeyValueStore | CachingWindowStore)
 
 
 def typed_view(spec: StoreSpec, store: StateStore, topic: str | None) -> Any:

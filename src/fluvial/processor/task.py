@@ -34,6 +34,7 @@ from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
 from fluvial.processor.stores import create_store, typed_view
 from fluvial.records import Record
 from fluvial.state.base import ChangelogRecord, StateStore
+from fluvial.state.caching import ThreadCache
 from fluvial.topology.nodes import IN_MEMORY, ROCKSDB, ProcessorNode, SinkNode, SourceNode
 from fluvial.topology.topology import Subtopology
 
@@ -92,11 +93,12 @@ class StreamTask:
         self._sources = subtopology.source_node_for()
         self._idle_since: int | None = None
 
-        cache_bytes = int(config.cache_max_bytes)
+        # One byte budget for all of the task's record caches, evicting LRU across them.
+        self.cache = ThreadCache(int(config.cache_max_bytes))
         self._specs = {spec.name: spec for spec in subtopology.stores}
         self._changelogs = subtopology.changelog_topics()
         self.stores: dict[str, StateStore] = {
-            spec.name: create_store(spec, self.default_store_type, cache_bytes)
+            spec.name: create_store(spec, self.default_store_type, self.cache)
             for spec in subtopology.stores
         }
         self._typed: dict[str, Any] = {}
