@@ -1,0 +1,146 @@
+"""StreamTask, driven directly as a runtime would: raw records in, bytes to a collector out."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from fluvial import StreamsBuilder, StreamsConfig, serdes
+from fluvial.errors import SerializationError, StreamsError
+from fluvial.processor import ConsumedRecord, StreamTask
+from fluvial.state import ChangelogRecord
+
+S = serdes.string()
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, topic, key, value, timestamp_ms, headers, partition) -> None:
+        self.sent.append((topic, key, value, timestamp_ms, partition))
+
+    def to(self, topic: str) -> list[tuple]:
+        return [s for s in self.sent if s[0] == topic]
+
+
+def merged_count_task(
+    config: StreamsConfig | None = None, store_type: str = "in_memory", state_dir=None
+):
+    builder = StreamsBuilder()
+    left = builder.stream("left", key_serde=S, value_serde=S)
+    right = builder.stream("right", key_serde=S, value_serde=S)
+    merged = left.merge(right)
+    merged.to("seen")
+    merged.group_by_key().count().to_stream().to("counts")
+    config = config or StreamsConfig(application_id="app", cache_max_bytes=0)
+    (sub,) = builder.build().subtopologies(config.application_id)
+    collector = Collector()
+    task = StreamTask((0, 3), sub, config, state_dir, collector, default_store_type=store_type)
+    return task, collector
+
+
+def raw(key: str, ts: int, offset: int, value: str = "v") -> ConsumedRecord:
+    return ConsumedRecord(key.encode(), value.encode(), ts, offset)
+
+
+def drain(task: StreamTask, now: int = 0) -> int:
+    n = 0
+    while task.process_one(now):
+        n += 1
+    return n
+
+
+def test_record_choice_takes_smallest_head_timestamp_across_partitions():
+    task, collector = merged_count_task()
+    task.add_records("left", 3, [raw("l1", 10, 0), raw("l2", 30, 1), raw("l3", 5, 2)])
+    task.add_records("right", 3, [raw("r1", 20, 7), raw("r2", 25, 8)])
+    drain(task)
+    # Heads are compared, never whole partitions re-sorted: l3 (ts 5) waits behind l2.
+    assert [s[1] for s in collector.to("seen")] == [b"l1", b"r1", b"r2", b"l2", b"l3"]
+    assert task.stream_time == 30, "stream time is the max seen and never goes back"
+    assert task.committable_offsets() == {("left", 3): 3, ("right", 3): 9}
+
+
+def test_changelog_records_go_to_the_task_partition_of_the_changelog_topic():
+    task, collector = merged_count_task()
+    task.add_records("left", 3, [raw("k", 10, 0), raw("k", 11, 1)])
+    drain(task)
+    changelog = "app-KSTREAM-AGGREGATE-STATE-STORE-0000000004-changelog"
+    assert collector.to(changelog) == [
+        (changelog, b"k", struct.pack(">q", 1), 10, 3),
+        (changelog, b"k", struct.pack(">q", 2), 11, 3),
+    ]
+    assert task.changelog_partitions() == {
+        "KSTREAM-AGGREGATE-STATE-STORE-0000000004": (changelog, 3)
+    }
+    assert [s[4] for s in collector.to("counts")] == [None, None], "outputs use the partitioner"
+    assert task.metrics.get("records-processed") == 2
+    assert task.metrics.get("changelog-records") == 2
+
+
+def test_restore_rebuilds_state_before_processing(store_type, tmp_path):
+    task, collector = merged_count_task(store_type=store_type, state_dir=tmp_path)
+    task.open_stores()
+    task.restore(
+        "KSTREAM-AGGREGATE-STATE-STORE-0000000004",
+        [ChangelogRecord(b"k", struct.pack(">q", 41), 5)],
+    )
+    task.add_records("left", 3, [raw("k", 10, 0)])
+    drain(task)
+    assert collector.to("counts")[-1][2] == struct.pack(">q", 42)
+    with pytest.raises(StreamsError, match="before initialize"):
+        task.restore("KSTREAM-AGGREGATE-STATE-STORE-0000000004", [])
+    task.close()
+
+
+def test_max_task_idle_waits_for_an_empty_partition_then_proceeds():
+    config = StreamsConfig(application_id="app", cache_max_bytes=0, max_task_idle_ms=100)
+    task, collector = merged_count_task(config)
+    task.add_records("left", 3, [raw("l1", 50, 0)])
+    assert not task.process_one(1_000), "right is empty: its next record could be older"
+    assert not task.process_one(1_099)
+    assert task.process_one(1_100), "waited max_task_idle_ms: go"
+    task.add_records("left", 3, [raw("l2", 60, 1)])
+    task.add_records("right", 3, [raw("r1", 40, 0)])
+    assert task.process_one(1_100)
+    assert collector.to("seen")[-1][1] == b"r1"
+
+
+def test_records_for_unowned_partitions_are_refused():
+    task, _ = merged_count_task()
+    with pytest.raises(StreamsError, match="does not own left-0"):
+        task.add_records("left", 0, [raw("x", 1, 0)])
+
+
+def test_deserialization_failure_fails_by_default_naming_the_record():
+    builder = StreamsBuilder()
+    builder.stream("nums", key_serde=S, value_serde=serdes.long()).to("out")
+    (sub,) = builder.build().subtopologies("app")
+    task = StreamTask((0, 0), sub, StreamsConfig(application_id="app"), None, Collector())
+    task.add_records("nums", 0, [ConsumedRecord(b"k", b"bad", 1, 17)])
+    with pytest.raises(SerializationError, match="nums-0@17"):
+        task.process_one(0)
+
+
+def test_log_and_continue_skips_and_sends_to_dead_letter_topic():
+    builder = StreamsBuilder()
+    builder.stream("nums", key_serde=S, value_serde=serdes.long()).to("out")
+    (sub,) = builder.build().subtopologies("app")
+    config = StreamsConfig(
+        application_id="app",
+        default_deserialization_exception_handler="log_and_continue",
+        dead_letter_topic="dlq",
+    )
+    collector = Collector()
+    task = StreamTask((0, 0), sub, config, None, collector)
+    good = struct.pack(">q", 7)
+    task.add_records(
+        "nums", 0, [ConsumedRecord(b"k", b"bad", 1, 0), ConsumedRecord(b"k", good, 2, 1)]
+    )
+    drain(task)
+    assert collector.to("dlq") == [("dlq", b"k", b"bad", 1, None)]
+    assert collector.to("out") == [("out", b"k", good, 2, None)]
+    assert task.metrics.get("deserialization-errors") == 1
+    assert task.committable_offsets() == {("nums", 0): 2}
