@@ -107,6 +107,10 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             self.windows.size_ms,
             enabled=not self.emit_on_close,
         )
+        stream_time = context.current_stream_time_ms()
+        if stream_time >= 0:
+            # Resumed with a known stream time: windows closed by then were already emitted.
+            self._emitted_up_to = stream_time - self.windows.grace_ms - self.windows.size_ms
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None or record.value is None:

@@ -44,8 +44,9 @@ class SuppressProcessor(Processor[Any, Any]):
         self.key_serde = key_serde
         self.change_serde = change_serde(value_serde)
         self.final_results = suppressed.kind == "window_close"
-        self.delay_ms = grace_ms if self.final_results else suppressed.time_limit_ms
-        assert self.delay_ms is not None
+        delay = grace_ms if self.final_results else suppressed.time_limit_ms
+        assert delay is not None
+        self.delay_ms: int = delay
 
     def init(self, context: Any) -> None:
         super().init(context)

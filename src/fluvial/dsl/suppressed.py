@@ -67,8 +67,6 @@ class Suppressed:
     time_limit_ms: int = 0
     name: str | None = None
 
-    BufferConfig = BufferConfig  # so Suppressed.BufferConfig reads as in Kafka Streams
-
     @staticmethod
     def until_window_closes(buffer: BufferConfig | None = None) -> Suppressed:
         """One final result per window, once stream time reaches ``window end + grace``.
@@ -95,6 +93,10 @@ class Suppressed:
 
     def with_name(self, name: str) -> Suppressed:
         return replace(self, name=name)
+
+
+# So that ``Suppressed.BufferConfig.max_records(...)`` reads as in Kafka Streams.
+Suppressed.BufferConfig = BufferConfig  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
@@ -128,6 +128,16 @@ class StreamTask:
         self.open_stores()
         self.stores[store_name].restore(records)
 
+    def resume_stream_time(self, stream_time_ms: int) -> None:
+        """Set the stream time a previous run committed (e.g. kept in offset metadata).
+
+        Call before :meth:`initialize`, so that operators which act on closed windows know
+        what was already final before the restart.
+        """
+        if self._initialized:
+            raise StreamsError("resume_stream_time() must come before initialize()")
+        self.stream_time = max(self.stream_time, stream_time_ms)
+
     def changelog_partitions(self) -> dict[str, TopicPartition]:
         """Store name -> (changelog topic, partition) for stores with a changelog."""
         return {name: (topic, self.task_id.partition) for name, topic in self._changelogs.items()}
@@ -217,7 +227,7 @@ class StreamTask:
         ready = [tp for tp, queue in self._queues.items() if queue]
         if not ready:
             return None
-        max_idle = int(self.config.max_task_idle_ms)
+        max_idle = to_millis(self.config.max_task_idle_ms, "max_task_idle_ms")
         if len(ready) < len(self._queues) and max_idle > 0:
             if self._idle_since is None:
                 self._idle_since = self.wall_clock_ms

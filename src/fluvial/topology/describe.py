@@ -45,6 +45,8 @@ class TopologyDescription:
                 return sub.resolve(topic) if application_id else topic
 
             nodes = []
+            topics: tuple[str, ...]
+            stores: tuple[str, ...]
             for name in sub.node_names:
                 node = topology.nodes[name]
                 if isinstance(node, SourceNode):

@@ -246,7 +246,9 @@ class Topology:
         reads_internal: list[set[str]] = []
         writes_internal: list[set[str]] = []
         for names in self._groups:
-            user, r_int, w_int = set(), set(), set()
+            user: set[str] = set()
+            r_int: set[str] = set()
+            w_int: set[str] = set()
             for name in names:
                 node = self.nodes[name]
                 if isinstance(node, SourceNode):
