@@ -15,10 +15,13 @@ import pytest
 from fluvial.state import (
     ChangelogRecord,
     InMemoryKeyValueStore,
+    InMemorySessionStore,
     InMemoryWindowStore,
     KeyValueStore,
     RocksDBKeyValueStore,
+    RocksDBSessionStore,
     RocksDBWindowStore,
+    SessionStore,
     StateStore,
     WindowStore,
 )
@@ -86,6 +89,28 @@ def make_window(
                 window_size_ms,
                 retain_duplicates,
                 segment_interval_ms=max(retention_ms // 2, 1),
+            )
+        store.init(state_dir)
+        open_stores.append(store)
+        return store
+
+    return make
+
+
+@pytest.fixture
+def make_session(
+    backend: str, state_dir: Path, open_stores: list[StateStore]
+) -> Callable[..., SessionStore]:
+    """``make_session(retention_ms=1000, name="sess")``: a new, open session store."""
+
+    def make(retention_ms: int = 1000, name: str = "sess") -> SessionStore:
+        store: SessionStore
+        if backend == "memory":
+            store = InMemorySessionStore(name, retention_ms)
+        else:
+            # Small segments, so that tests see segments come and go.
+            store = RocksDBSessionStore(
+                name, retention_ms, segment_interval_ms=max(retention_ms // 2, 1)
             )
         store.init(state_dir)
         open_stores.append(store)

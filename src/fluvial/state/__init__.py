@@ -1,4 +1,4 @@
-"""State stores: bytes-level key-value and window stores, caches and typed views.
+"""State stores: bytes-level key-value, window and session stores, caches and typed views.
 
 Stores know nothing of Kafka. Each write is handed to a change listener as a
 :class:`ChangelogRecord`; the runtime appends those to the store's changelog topic and replays them
@@ -27,11 +27,25 @@ from fluvial.state.caching import (
 )
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
-from fluvial.state.suppliers import StoreSupplier, key_value_store_supplier, window_store_supplier
+from fluvial.state.rocksdb_session import RocksDBSessionStore
+from fluvial.state.session import (
+    InMemorySessionStore,
+    SessionEntry,
+    SessionStore,
+    parse_session_store_key,
+    session_store_key,
+)
+from fluvial.state.suppliers import (
+    StoreSupplier,
+    key_value_store_supplier,
+    session_store_supplier,
+    window_store_supplier,
+)
 from fluvial.state.timestamped import TimestampedKeyValueStore
 from fluvial.state.typed import (
     ReadOnlyKeyValueStore,
     TypedKeyValueStore,
+    TypedSessionStore,
     TypedTimestampedKeyValueStore,
     TypedWindowStore,
 )
@@ -43,16 +57,21 @@ __all__ = [
     "ChangelogRecord",
     "FlushListener",
     "InMemoryKeyValueStore",
+    "InMemorySessionStore",
     "InMemoryWindowStore",
     "KeyValueStore",
     "ReadOnlyKeyValueStore",
     "RocksDBKeyValueStore",
+    "RocksDBSessionStore",
     "RocksDBWindowStore",
+    "SessionEntry",
+    "SessionStore",
     "StateStore",
     "StoreSupplier",
     "ThreadCache",
     "TimestampedKeyValueStore",
     "TypedKeyValueStore",
+    "TypedSessionStore",
     "TypedTimestampedKeyValueStore",
     "TypedWindowStore",
     "ValueAndTimestamp",
@@ -60,7 +79,10 @@ __all__ = [
     "WindowStore",
     "from_timestamped_bytes",
     "key_value_store_supplier",
+    "parse_session_store_key",
     "parse_window_store_key",
+    "session_store_key",
+    "session_store_supplier",
     "to_timestamped_bytes",
     "window_store_key",
     "window_store_supplier",

@@ -16,17 +16,20 @@ from fluvial.config import to_millis
 from fluvial.state.base import KeyValueStore, StateStore
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
+from fluvial.state.rocksdb_session import RocksDBSessionStore
+from fluvial.state.session import InMemorySessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
 
-StoreKind = Literal["key_value", "window"]
+StoreKind = Literal["key_value", "window", "session", "versioned"]
 
 
 @dataclass(frozen=True)
 class StoreSupplier:
     """Makes new instances of one named store.
 
-    ``retention_ms`` is set for window stores; the changelog topic of such a store is
-    ``compact,delete`` with retention ``retention_ms`` + 1 day.
+    ``retention_ms`` is set for window and session stores; the changelog topic of such a store
+    is ``compact,delete`` with retention ``retention_ms`` + 1 day. ``history_retention_ms`` is
+    set for versioned stores.
     """
 
     name: str
@@ -37,6 +40,7 @@ class StoreSupplier:
     retention_ms: int | None = None
     window_size_ms: int | None = None
     retain_duplicates: bool = False
+    history_retention_ms: int | None = None
 
     def get(self) -> StateStore:
         """A new, not yet initialised store."""
@@ -86,6 +90,26 @@ def window_store_supplier(
         window_size_ms=window_size_ms,
         retain_duplicates=retain_duplicates,
     )
+
+
+def session_store_supplier(
+    name: str, persistent: bool = True, *, retention_ms: int | timedelta
+) -> StoreSupplier:
+    """Supplier of session stores that keep sessions for ``retention_ms`` past their end.
+
+    Retention must cover the inactivity gap plus the grace period, or sessions would expire
+    before late records could still merge into them.
+    """
+    _check_name(name)
+    retention = to_millis(retention_ms, "retention_ms")
+
+    def make() -> StateStore:
+        if persistent:
+            return RocksDBSessionStore(name, retention)
+        return InMemorySessionStore(name, retention)
+
+    make()  # validates now, at topology build time
+    return StoreSupplier(name, persistent, "session", make, retention_ms=retention)
 
 
 def _check_name(name: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 from fluvial.records import Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.state.base import KeyValueStore, ValueAndTimestamp, WindowStore
+from fluvial.state.session import SessionEntry, SessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
 
 K = TypeVar("K")
@@ -242,3 +243,87 @@ class TypedWindowStore(Generic[K, V]):
 
     def all(self) -> Iterator[tuple[Windowed[K], V]]:
         return self.fetch_all(-(2**63), 2**63 - 1)
+
+
+class TypedSessionStore(Generic[K, V]):
+    """Objects over a bytes :class:`SessionStore`; sessions come out as :class:`Windowed` keys.
+
+    A session window's bounds are both inclusive: ``Window(start, end)`` with ``end`` the
+    timestamp of the session's last record, as in Kafka Streams' ``SessionWindow``.
+    """
+
+    def __init__(
+        self,
+        inner: SessionStore,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        topic: str | None = None,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._codec = _Codec(key_serde, value_serde, topic)
+
+    def put(self, session: Windowed[K], value: V | None, timestamp_ms: int | None = None) -> None:
+        window = session.window
+        self.inner.put(
+            self._codec.key_bytes(session.key),
+            window.start_ms,
+            window.end_ms,
+            self._codec.value_bytes(value),
+            timestamp_ms,
+        )
+
+    def remove(self, session: Windowed[K], timestamp_ms: int | None = None) -> None:
+        window = session.window
+        self.inner.remove(
+            self._codec.key_bytes(session.key), window.start_ms, window.end_ms, timestamp_ms
+        )
+
+    def fetch_session(self, key: K, session_start_ms: int, session_end_ms: int) -> V | None:
+        raw = self.inner.fetch_session(self._codec.key_bytes(key), session_start_ms, session_end_ms)
+        return self._codec.value(raw)
+
+    def find_sessions(
+        self, key: K, earliest_session_end_ms: int, latest_session_start_ms: int
+    ) -> Iterator[tuple[Windowed[K], V]]:
+        """Sessions with ``end >= earliest_end`` and ``start <= latest_start``, by (end, start)."""
+        return self._decode(
+            self.inner.find_sessions(
+                self._codec.key_bytes(key), earliest_session_end_ms, latest_session_start_ms
+            )
+        )
+
+    def find_sessions_range(
+        self,
+        key_from: K | None,
+        key_to: K | None,
+        earliest_session_end_ms: int,
+        latest_session_start_ms: int,
+    ) -> Iterator[tuple[Windowed[K], V]]:
+        codec = self._codec
+        return self._decode(
+            self.inner.find_sessions_range(
+                codec.opt_key_bytes(key_from),
+                codec.opt_key_bytes(key_to),
+                earliest_session_end_ms,
+                latest_session_start_ms,
+            )
+        )
+
+    def fetch(self, key: K) -> Iterator[tuple[Windowed[K], V]]:
+        return self._decode(self.inner.fetch(self._codec.key_bytes(key)))
+
+    def fetch_range(self, key_from: K | None, key_to: K | None) -> Iterator[tuple[Windowed[K], V]]:
+        codec = self._codec
+        return self._decode(
+            self.inner.fetch_range(codec.opt_key_bytes(key_from), codec.opt_key_bytes(key_to))
+        )
+
+    def all(self) -> Iterator[tuple[Windowed[K], V]]:
+        return self._decode(self.inner.all())
+
+    def _decode(self, entries: Iterator[SessionEntry]) -> Iterator[tuple[Windowed[K], V]]:
+        codec = self._codec
+        for entry in entries:
+            windowed = Windowed(codec.key(entry.key), Window(entry.start_ms, entry.end_ms))
+            yield windowed, codec.value(entry.value)  # type: ignore[misc]
