@@ -16,13 +16,16 @@ from fluvial.state import (
     ChangelogRecord,
     InMemoryKeyValueStore,
     InMemorySessionStore,
+    InMemoryVersionedKeyValueStore,
     InMemoryWindowStore,
     KeyValueStore,
     RocksDBKeyValueStore,
     RocksDBSessionStore,
+    RocksDBVersionedKeyValueStore,
     RocksDBWindowStore,
     SessionStore,
     StateStore,
+    VersionedKeyValueStore,
     WindowStore,
 )
 
@@ -112,6 +115,25 @@ def make_session(
             store = RocksDBSessionStore(
                 name, retention_ms, segment_interval_ms=max(retention_ms // 2, 1)
             )
+        store.init(state_dir)
+        open_stores.append(store)
+        return store
+
+    return make
+
+
+@pytest.fixture
+def make_versioned(
+    backend: str, state_dir: Path, open_stores: list[StateStore]
+) -> Callable[..., VersionedKeyValueStore]:
+    """``make_versioned(history_retention_ms=1000, name="ver")``: a new, open versioned store."""
+
+    def make(history_retention_ms: int = 1000, name: str = "ver") -> VersionedKeyValueStore:
+        store: VersionedKeyValueStore
+        if backend == "memory":
+            store = InMemoryVersionedKeyValueStore(name, history_retention_ms)
+        else:
+            store = RocksDBVersionedKeyValueStore(name, history_retention_ms)
         store.init(state_dir)
         open_stores.append(store)
         return store

@@ -1,4 +1,4 @@
-"""State stores: bytes-level key-value, window and session stores, caches and typed views.
+"""State stores: bytes-level key-value, window, session and versioned stores, caches and typed views.
 
 Stores know nothing of Kafka. Each write is handed to a change listener as a
 :class:`ChangelogRecord`; the runtime appends those to the store's changelog topic and replays them
@@ -28,6 +28,7 @@ from fluvial.state.caching import (
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.rocksdb_session import RocksDBSessionStore
+from fluvial.state.rocksdb_versioned import RocksDBVersionedKeyValueStore
 from fluvial.state.session import (
     InMemorySessionStore,
     SessionEntry,
@@ -39,6 +40,7 @@ from fluvial.state.suppliers import (
     StoreSupplier,
     key_value_store_supplier,
     session_store_supplier,
+    versioned_key_value_store_supplier,
     window_store_supplier,
 )
 from fluvial.state.timestamped import TimestampedKeyValueStore
@@ -47,7 +49,15 @@ from fluvial.state.typed import (
     TypedKeyValueStore,
     TypedSessionStore,
     TypedTimestampedKeyValueStore,
+    TypedVersionedKeyValueStore,
     TypedWindowStore,
+)
+from fluvial.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    InMemoryVersionedKeyValueStore,
+    VersionedKeyValueStore,
+    VersionedRecord,
 )
 
 __all__ = [
@@ -58,11 +68,15 @@ __all__ = [
     "FlushListener",
     "InMemoryKeyValueStore",
     "InMemorySessionStore",
+    "InMemoryVersionedKeyValueStore",
     "InMemoryWindowStore",
     "KeyValueStore",
+    "PUT_RETURN_CODE_NOT_PUT",
+    "PUT_RETURN_CODE_VALID_TO_UNDEFINED",
     "ReadOnlyKeyValueStore",
     "RocksDBKeyValueStore",
     "RocksDBSessionStore",
+    "RocksDBVersionedKeyValueStore",
     "RocksDBWindowStore",
     "SessionEntry",
     "SessionStore",
@@ -73,8 +87,11 @@ __all__ = [
     "TypedKeyValueStore",
     "TypedSessionStore",
     "TypedTimestampedKeyValueStore",
+    "TypedVersionedKeyValueStore",
     "TypedWindowStore",
     "ValueAndTimestamp",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
     "WindowFlushListener",
     "WindowStore",
     "from_timestamped_bytes",
@@ -84,6 +101,7 @@ __all__ = [
     "session_store_key",
     "session_store_supplier",
     "to_timestamped_bytes",
+    "versioned_key_value_store_supplier",
     "window_store_key",
     "window_store_supplier",
 ]

@@ -17,8 +17,10 @@ from fluvial.state.base import KeyValueStore, StateStore
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.rocksdb_session import RocksDBSessionStore
+from fluvial.state.rocksdb_versioned import RocksDBVersionedKeyValueStore
 from fluvial.state.session import InMemorySessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.versioned import InMemoryVersionedKeyValueStore
 
 StoreKind = Literal["key_value", "window", "session", "versioned"]
 
@@ -110,6 +112,22 @@ def session_store_supplier(
 
     make()  # validates now, at topology build time
     return StoreSupplier(name, persistent, "session", make, retention_ms=retention)
+
+
+def versioned_key_value_store_supplier(
+    name: str, persistent: bool = True, *, history_retention_ms: int | timedelta
+) -> StoreSupplier:
+    """Supplier of versioned key-value stores answering as-of queries ``history_retention_ms``
+    back. Their changelog is ``compact``, like any table's."""
+    _check_name(name)
+    history = to_millis(history_retention_ms, "history_retention_ms")
+
+    def make() -> StateStore:
+        if persistent:
+            return RocksDBVersionedKeyValueStore(name, history)
+        return InMemoryVersionedKeyValueStore(name, history)
+
+    return StoreSupplier(name, persistent, "versioned", make, history_retention_ms=history)
 
 
 def _check_name(name: str) -> None:

@@ -15,6 +15,7 @@ from fluvial.serdes import Serde
 from fluvial.state.base import KeyValueStore, ValueAndTimestamp, WindowStore
 from fluvial.state.session import SessionEntry, SessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.versioned import VersionedKeyValueStore, VersionedRecord
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -327,3 +328,35 @@ class TypedSessionStore(Generic[K, V]):
         for entry in entries:
             windowed = Windowed(codec.key(entry.key), Window(entry.start_ms, entry.end_ms))
             yield windowed, codec.value(entry.value)  # type: ignore[misc]
+
+
+class TypedVersionedKeyValueStore(Generic[K, V]):
+    """Objects over a bytes :class:`VersionedKeyValueStore`."""
+
+    def __init__(
+        self,
+        inner: VersionedKeyValueStore,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        topic: str | None = None,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._codec = _Codec(key_serde, value_serde, topic)
+
+    def put(self, key: K, value: V | None, timestamp_ms: int) -> int:
+        """Add a version; returns its ``valid_to`` or a ``PUT_RETURN_CODE_*`` (see the store)."""
+        raw = self._codec.value_bytes(value)
+        return self.inner.put(self._codec.key_bytes(key), raw, timestamp_ms)
+
+    def get(self, key: K, as_of_timestamp_ms: int | None = None) -> VersionedRecord[V] | None:
+        return self._decode(self.inner.get(self._codec.key_bytes(key), as_of_timestamp_ms))
+
+    def delete(self, key: K, timestamp_ms: int) -> VersionedRecord[V] | None:
+        return self._decode(self.inner.delete(self._codec.key_bytes(key), timestamp_ms))
+
+    def _decode(self, found: VersionedRecord[bytes] | None) -> VersionedRecord[V] | None:
+        if found is None:
+            return None
+        value = self._codec.value(found.value)
+        return VersionedRecord(value, found.timestamp_ms, found.valid_to_ms)  # type: ignore[arg-type]
