@@ -46,18 +46,7 @@ def run(caching: bool, windowed: bool, store_type: str, commit_every: int):
     return revisions, changelog
 
 
-WINDOW_CACHE_DROPS_EXPIRED = pytest.mark.xfail(
-    strict=True,
-    reason="fluvial.state.caching.CachingWindowStore._flush_entry skips the flush listener for "
-    "windows that expired while cached, so the last revision of a closed window is lost",
-)
-
-
-@pytest.mark.parametrize(
-    "windowed",
-    [False, pytest.param(True, marks=WINDOW_CACHE_DROPS_EXPIRED)],
-    ids=["keyed", "windowed"],
-)
+@pytest.mark.parametrize("windowed", [False, True], ids=["keyed", "windowed"])
 def test_caching_coalesces_revisions_but_not_final_values(windowed, store_type):
     uncached, uncached_log = run(False, windowed, store_type, commit_every=4)
     cached, cached_log = run(True, windowed, store_type, commit_every=4)

@@ -408,9 +408,10 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         entry.dirty = False
         self._dirty.pop(key, None)
         record_key, start = key
-        if start <= self.expired_before():
-            return  # the window closed while cached; the inner store would drop it anyway
         old = self.inner.fetch(record_key, start)
-        self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
+        # A window that expired while cached is not stored any more, but its last revision
+        # still goes downstream: dropping it would lose the window's final result.
+        if start > self.expired_before():
+            self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
         if self._flush_listener is not None and (entry.value is not None or old is not None):
             self._flush_listener(record_key, start, entry.value, old, entry.timestamp_ms)
