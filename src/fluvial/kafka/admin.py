@@ -29,6 +29,7 @@ def create_topics(
     *,
     timeout_s: float = 30.0,
     exist_ok: bool = True,
+    admin_config: dict[str, str] | None = None,
 ) -> None:
     """Create topics and wait until every partition has a leader.
 
@@ -36,7 +37,7 @@ def create_topics(
     """
     if not specs:
         return
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, **(admin_config or {}))
     new = [
         NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
                  config=dict(s.config))

@@ -1,0 +1,101 @@
+"""The record collector of a worker: task output to the Kafka producer.
+
+Outputs, repartition records and changelog records all leave through here, so under
+exactly-once they all land in the worker's open transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from fluvial.errors import StreamsError
+from fluvial.processor.collector import Headers
+
+log = logging.getLogger(__name__)
+
+PRODUCTION_HANDLERS = ("fail", "continue")
+
+
+class KafkaRecordCollector:
+    """Sends records with a producer and keeps what a commit needs to know.
+
+    It remembers the highest acknowledged offset per changelog partition (a store's checkpoint
+    after commit) and the first delivery error, which fails the next commit.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        changelog_topics: set[str],
+        production_handler: str = "fail",
+        on_send: Callable[[str], None] | None = None,
+    ) -> None:
+        self.producer = producer
+        self.changelog_topics = changelog_topics
+        self.production_handler = production_handler
+        self.on_send = on_send
+        self.changelog_end: dict[tuple[str, int], int] = {}
+        self.sent = 0
+        self.skipped_errors = 0
+        self._error: KafkaError | None = None
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers,
+        partition: int | None,
+    ) -> None:
+        kwargs: dict[str, Any] = {
+            "key": key,
+            "value": value,
+            "timestamp": max(timestamp_ms, 0),
+            "on_delivery": self._delivered,
+        }
+        if headers:
+            kwargs["headers"] = headers
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                # The local queue is full: let the producer drain it, then try again.
+                self.producer.poll(0.05)
+        self.sent += 1
+        if self.on_send is not None:
+            self.on_send(topic)
+
+    def _delivered(self, error: KafkaError | None, msg: Any) -> None:
+        if error is not None:
+            if self.production_handler == "continue" and not error.fatal():
+                self.skipped_errors += 1
+                log.warning("dropping a record for %s that failed: %s", msg.topic(), error.str())
+                return
+            if self._error is None:
+                self._error = error
+            return
+        topic = msg.topic()
+        if topic in self.changelog_topics:
+            tp = (topic, msg.partition())
+            offset = msg.offset()
+            if offset > self.changelog_end.get(tp, -1):
+                self.changelog_end[tp] = offset
+
+    def check(self) -> None:
+        """Raise the first delivery error, so nothing after it is committed."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise StreamsError(f"a record could not be produced: {error.str()}")
+
+    def reset(self) -> None:
+        self._error = None
+        self.changelog_end.clear()

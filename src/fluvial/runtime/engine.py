@@ -1,0 +1,175 @@
+"""The local engine: every task of an application in one Python process.
+
+The driver part (topic creation, task planning, slot assignment, fencing) is shared with the
+Spark engine; only the scheduling differs. Here each slot is a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from fluvial.config import StreamsConfig
+from fluvial.errors import StreamsError
+from fluvial.processor.collector import TaskId
+from fluvial.runtime.clients import producer_settings
+from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
+from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
+from fluvial.runtime.worker import FencedError, Worker, transactional_id
+from fluvial.topology.topology import Topology
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 10
+
+
+def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> list[TaskId]:
+    """One task per (sub-topology, partition); a sub-topology has as many as its inputs."""
+    tasks = []
+    for sub in topology.subtopologies(config.application_id):
+        partitions = max(plan.partitions[t] for t in sub.source_topics)
+        tasks += [TaskId(sub.id, p) for p in range(partitions)]
+    return tasks
+
+
+def assign_slots(tasks: list[TaskId], slots: int) -> dict[int, list[TaskId]]:
+    """Deterministic and sticky: the same tasks and slot count give the same placement.
+
+    Tasks of one partition number go to one slot, so a record and its repartitioned successor
+    tend to be processed side by side.
+    """
+    assignment: dict[int, list[TaskId]] = {slot: [] for slot in range(slots)}
+    for task in sorted(tasks, key=lambda t: (t.partition, t.subtopology)):
+        assignment[task.partition % slots].append(task)
+    return assignment
+
+
+def fence_stale_slots(config: StreamsConfig, slots: int) -> None:
+    """Fence the transactional ids of slots an earlier run had and this one does not.
+
+    Any slot this run keeps is fenced by its own worker at start. Slots beyond the current
+    count would otherwise let a zombie of the earlier run commit for tasks that moved.
+    """
+    record = Path(config.state_dir) / config.application_id / "slots.json"
+    previous = 0
+    if record.exists():
+        previous = int(json.loads(record.read_text()).get("slots", 0))
+    if config.exactly_once:
+        for slot in range(slots, previous):
+            producer = Producer(producer_settings(config, transactional_id(config.application_id,
+                                                                           slot)))  # fmt: skip
+            producer.init_transactions(60)
+            producer.flush(5)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"slots": max(slots, previous)}))
+
+
+class Application:
+    """Runs a topology on Kafka with the local engine until closed.
+
+    ``workers`` is the number of slots (default ``config.num_stream_threads``); each runs its
+    tasks in a thread with its own consumer and (transactional) producer.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: StreamsConfig,
+        *,
+        workers: int | None = None,
+        on_progress: Callable[[WorkerMetrics], None] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.config = config
+        self.slots = workers or config.num_stream_threads
+        self.on_progress = on_progress
+        self.stop_event = threading.Event()
+        self.workers: list[Worker] = []
+        self.errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
+        self.task_ids: list[TaskId] = []
+
+    def start(self) -> None:
+        plan = ensure_internal_topics(self.topology, self.config)
+        self.task_ids = plan_tasks(self.topology, self.config, plan)
+        slots = min(self.slots, len(self.task_ids))
+        fence_stale_slots(self.config, slots)
+        for slot, task_ids in assign_slots(self.task_ids, slots).items():
+            worker = Worker(slot, self.topology, self.config, task_ids,
+                            stop=self.stop_event, on_progress=self.on_progress)  # fmt: skip
+            self.workers.append(worker)
+            thread = threading.Thread(
+                target=self._run_worker, args=(worker,), name=f"fluvial-slot-{slot}", daemon=True
+            )
+            self._threads.append(thread)
+        for thread in self._threads:
+            thread.start()
+
+    def _run_worker(self, worker: Worker) -> None:
+        restarts = 0
+        while not self.stop_event.is_set():
+            try:
+                worker.run()
+                return
+            except FencedError as error:
+                log.error("%s", error)
+                self.errors.append(error)
+                self.stop_event.set()
+                return
+            except StreamsError as error:
+                # Abortable: the transaction is gone, local state falls back to the last commit
+                # and processing resumes from the committed offsets.
+                restarts += 1
+                if restarts > MAX_RESTARTS:
+                    self.errors.append(error)
+                    self.stop_event.set()
+                    return
+                log.warning("slot %d failed (%s); restarting from the last commit",
+                            worker.slot, error)  # fmt: skip
+                time.sleep(min(5.0, 0.5 * restarts))
+            except BaseException as error:  # a bug or a fatal error: stop everything
+                log.exception("slot %d failed", worker.slot)
+                self.errors.append(error)
+                self.stop_event.set()
+                return
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for every worker to stop; ``False`` if the timeout passed first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self._threads:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(remaining)
+        return not self.running
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Ask every worker to commit and stop, and wait for them."""
+        self.stop_event.set()
+        self.wait(timeout_s)
+
+    def raise_if_failed(self) -> None:
+        if self.errors:
+            error = self.errors[0]
+            raise error if isinstance(error, StreamsError) else StreamsError(str(error))
+
+    def metrics(self) -> list[WorkerMetrics]:
+        return [w.metrics for w in self.workers]
+
+    def prometheus_metrics(self) -> str:
+        return prometheus_text(self.config.application_id, self.metrics())
+
+    def __enter__(self) -> Application:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

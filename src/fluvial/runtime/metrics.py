@@ -1,0 +1,79 @@
+"""Worker and application metrics, readable from Python and as Prometheus text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorkerMetrics:
+    """Counters of one worker (slot); the per-task counters ride along in ``task_metrics``."""
+
+    slot: int
+    records_in: int = 0
+    records_processed: int = 0
+    records_out: int = 0
+    commits: int = 0
+    commit_latency_total_s: float = 0.0
+    commit_latency_max_s: float = 0.0
+    dropped_records: int = 0
+    lag: int = 0
+    restore_total: int = 0
+    restored: int = 0
+    task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def record_commit(self, seconds: float) -> None:
+        self.commits += 1
+        self.commit_latency_total_s += seconds
+        self.commit_latency_max_s = max(self.commit_latency_max_s, seconds)
+
+    @property
+    def commit_latency_avg_s(self) -> float:
+        return self.commit_latency_total_s / self.commits if self.commits else 0.0
+
+
+_WORKER_COUNTERS = (
+    ("records_in", "counter", "Records consumed from input partitions"),
+    ("records_processed", "counter", "Records processed by tasks"),
+    ("records_out", "counter", "Records produced to output and repartition topics"),
+    ("commits", "counter", "Commits completed"),
+    ("commit_latency_avg_s", "gauge", "Average commit latency in seconds"),
+    ("commit_latency_max_s", "gauge", "Maximum commit latency in seconds"),
+    ("dropped_records", "counter", "Records dropped (late, or undeserializable and skipped)"),
+    ("lag", "gauge", "Records behind the end of the input partitions"),
+    ("restore_total", "counter", "Changelog records to restore"),
+    ("restored", "counter", "Changelog records restored"),
+)
+
+
+def summarize(workers: list[WorkerMetrics]) -> dict[str, float]:
+    """Totals over workers, for the status line."""
+    total: dict[str, float] = {}
+    for name, _kind, _help in _WORKER_COUNTERS:
+        values = [float(getattr(w, name)) for w in workers]
+        total[name] = max(values, default=0.0) if name.endswith("_max_s") else sum(values)
+    return total
+
+
+def prometheus_text(application_id: str, workers: list[WorkerMetrics]) -> str:
+    """Metrics in the Prometheus text exposition format."""
+    lines: list[str] = []
+    for name, kind, help_text in _WORKER_COUNTERS:
+        metric = f"fluvial_worker_{name}"
+        lines.append(f"# HELP {metric} {help_text}")
+        lines.append(f"# TYPE {metric} {kind}")
+        for w in workers:
+            lines.append(
+                f'{metric}{{application_id="{application_id}",slot="{w.slot}"}} {getattr(w, name)}'
+            )
+    task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
+    for name in task_names:
+        metric = "fluvial_task_" + name.replace("-", "_")
+        lines.append(f"# TYPE {metric} counter")
+        for w in workers:
+            for task_id, counters in sorted(w.task_metrics.items()):
+                lines.append(
+                    f'{metric}{{application_id="{application_id}",task="{task_id}"}} '
+                    f"{counters.get(name, 0)}"
+                )
+    return "\n".join(lines) + "\n"

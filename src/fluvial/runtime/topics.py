@@ -1,0 +1,107 @@
+"""Internal topics: partition counts, configs, creation, and the co-partitioning check.
+
+Runs in the driver before any task starts, so a missing source topic or a co-partitioning
+mistake is reported before anything is consumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka.admin import AdminClient
+
+from fluvial.config import StreamsConfig
+from fluvial.errors import ConfigError, TopologyError
+from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.runtime.clients import admin_settings
+from fluvial.topology.topology import Topology
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """Partition count of every topic the application reads or owns."""
+
+    partitions: dict[str, int]
+    internal: list[TopicSpec]
+
+
+def existing_partition_counts(admin: AdminClient, topics: list[str]) -> dict[str, int]:
+    metadata = admin.list_topics(timeout=15)
+    counts = {}
+    for name in topics:
+        topic = metadata.topics.get(name)
+        if topic is not None and topic.error is None and topic.partitions:
+            counts[name] = len(topic.partitions)
+    return counts
+
+
+def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -> TopicPlan:
+    """Work out every internal topic's partition count from the user topics it follows."""
+    app_id = config.application_id
+    sources = topology.source_topics()
+    internal = topology.internal_topics(app_id)
+    known = existing_partition_counts(admin, sources + [t.name for t in internal])
+    missing = [t for t in sources if t not in known]
+    if missing:
+        raise ConfigError(
+            f"source topic(s) {', '.join(missing)} do not exist on {config.bootstrap_servers}: "
+            "create them first (fluvial never creates user topics)"
+        )
+    partitions = {t: known[t] for t in sources}
+    pending = list(internal)
+    # Internal topics may follow other internal topics (a changelog follows its repartition
+    # source), so resolve in rounds until nothing is left.
+    while pending:
+        progressed = False
+        for topic in list(pending):
+            if topic.num_partitions is not None:
+                count = topic.num_partitions
+            elif topic.follows and all(f in partitions for f in topic.follows):
+                count = max(partitions[f] for f in topic.follows)
+            elif not topic.follows:
+                count = 1
+            else:
+                continue
+            partitions[topic.name] = count
+            pending.remove(topic)
+            progressed = True
+        if not progressed:
+            names = ", ".join(t.name for t in pending)
+            raise TopologyError(f"cannot work out partition counts of internal topics: {names}")
+    for topic in internal:
+        have = known.get(topic.name)
+        if have is not None and have != partitions[topic.name]:
+            raise ConfigError(
+                f"internal topic {topic.name!r} has {have} partitions but needs "
+                f"{partitions[topic.name]}: run 'fluvial reset {app_id}' to recreate it"
+            )
+    _check_copartitioning(topology, app_id, partitions)
+    specs = [
+        TopicSpec(
+            t.name,
+            partitions[t.name],
+            replication_factor=config.replication_factor,
+            config=dict(t.configs),
+        )
+        for t in internal
+    ]
+    return TopicPlan(partitions, specs)
+
+
+def _check_copartitioning(topology: Topology, app_id: str, partitions: dict[str, int]) -> None:
+    for group in topology.copartition_groups(app_id):
+        counts = {t: partitions[t] for t in sorted(group) if t in partitions}
+        if len(set(counts.values())) > 1:
+            detail = ", ".join(f"'{t}' has {n}" for t, n in counts.items())
+            raise TopologyError(
+                f"topics joined together must be co-partitioned, but {detail} partitions: "
+                "give them equal partition counts, or repartition one side first"
+            )
+
+
+def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPlan:
+    """Plan and create the internal topics (existing ones are kept)."""
+    admin = AdminClient(admin_settings(config))
+    plan = plan_topics(topology, config, admin)
+    create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)
+    return plan

@@ -1,0 +1,414 @@
+"""A worker: one slot's tasks, its consumer and producer, and the commit cycle.
+
+The whole read-process-write loop and the commit sequence live here, so a reader can follow
+them start to finish. A worker knows nothing of threads, processes or Spark: an engine decides
+where and when :meth:`Worker.run_for` is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fluvial.config import StreamsConfig
+from fluvial.errors import StreamsError
+from fluvial.processor.collector import ConsumedRecord, TaskId
+from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.task import StreamTask
+from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
+from fluvial.runtime.collector import KafkaRecordCollector
+from fluvial.runtime.metrics import WorkerMetrics
+from fluvial.runtime.restore import Restorer
+from fluvial.runtime.state import TaskState
+from fluvial.topology.topology import Topology
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 60.0
+MAX_BUFFERED_PER_PARTITION = 5000
+PROCESS_BATCH = 500
+REPARTITION_PURGE_INTERVAL_S = 30.0
+
+
+class FencedError(StreamsError):
+    """A newer instance took over this worker's transactional id; this one must stop."""
+
+
+def transactional_id(application_id: str, slot: int) -> str:
+    """One transactional id per slot: whoever runs the slot next fences whoever ran it before."""
+    return f"{application_id}-slot-{slot}"
+
+
+class Worker:
+    """Runs a fixed set of tasks for one slot until stopped, committing every commit interval."""
+
+    def __init__(
+        self,
+        slot: int,
+        topology: Topology,
+        config: StreamsConfig,
+        task_ids: list[TaskId],
+        *,
+        stop: threading.Event | None = None,
+        on_progress: Callable[[WorkerMetrics], None] | None = None,
+    ) -> None:
+        self.slot = slot
+        self.topology = topology
+        self.config = config
+        self.task_ids = sorted(task_ids)
+        self.stop_event = stop or threading.Event()
+        self.on_progress = on_progress
+        self.metrics = WorkerMetrics(slot)
+        self.state_root = Path(config.state_dir) / config.application_id
+        self.eos = config.exactly_once
+        self.tasks: dict[TaskId, StreamTask] = {}
+        self.task_states: dict[TaskId, TaskState] = {}
+        self._task_by_tp: dict[tuple[str, int], StreamTask] = {}
+        self._paused: set[tuple[str, int]] = set()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._collector: KafkaRecordCollector | None = None
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        self._last_purge = time.monotonic()
+        self._committed: dict[tuple[str, int], int] = {}
+        self._repartition_topics: set[str] = set()
+        self._admin: AdminClient | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fence earlier holders of this slot, restore state, seek to the committed offsets."""
+        txn_id = transactional_id(self.config.application_id, self.slot) if self.eos else None
+        self._producer = Producer(producer_settings(self.config, txn_id))
+        if self.eos:
+            # Fence first: this aborts any transaction a previous holder of the slot left open,
+            # so the changelogs and committed offsets read below are final.
+            self._call(lambda: self._producer.init_transactions(TIMEOUT_S), "init transactions")
+        changelogs: set[str] = set()
+        for sub in self.topology.subtopologies(self.config.application_id):
+            changelogs |= set(sub.changelog_topics().values())
+            self._repartition_topics |= set(sub.repartition_source_topics)
+        self._collector = KafkaRecordCollector(
+            self._producer, changelog_topics=changelogs, on_send=self._count_send
+        )
+        self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
+        committed = self._read_committed()
+        self._open_tasks(committed)
+        # Offset -2 means "the earliest", for partitions that never had a commit.
+        self._consumer.assign(
+            [TopicPartition(t, p, committed.get((t, p), (-2, -1))[0]) for t, p in self._all_tps()]
+        )
+        self._paused.clear()
+        if self.eos:
+            self._producer.begin_transaction()
+        self._last_commit = time.monotonic()
+
+    def _all_tps(self) -> list[tuple[str, int]]:
+        subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
+        return sorted(
+            (topic, task_id.partition)
+            for task_id in self.task_ids
+            for topic in subs[task_id.subtopology].source_topics
+        )
+
+    def _read_committed(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, partition) -> (committed offset, stream time committed with it)."""
+        assert self._consumer is not None
+        tps = [TopicPartition(t, p) for t, p in self._all_tps()]
+        result = {}
+        for tp in self._consumer.committed(tps, timeout=TIMEOUT_S):
+            if tp.error is not None:
+                raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
+            if tp.offset >= 0:
+                result[(tp.topic, tp.partition)] = (tp.offset, _decode_stream_time(tp.metadata))
+                self._committed[(tp.topic, tp.partition)] = tp.offset
+        return result
+
+    def _open_tasks(self, committed: dict[tuple[str, int], tuple[int, int]]) -> None:
+        subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
+        restorer = Restorer(self.config, self.metrics)
+        try:
+            for task_id in self.task_ids:
+                task_dir = self.state_root / str(task_id)
+                task = StreamTask(task_id, subs[task_id.subtopology], self.config, task_dir,
+                                  self._collector)  # fmt: skip
+                state = TaskState(task, task_dir, self.eos)
+                self.task_states[task_id] = state
+                state.open()
+                restorer.restore(task, state)
+                tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
+                stream_time = max((committed[tp][1] for tp in tps if tp in committed), default=-1)
+                if stream_time >= 0:
+                    # Operators that emit on window close must know what was final already.
+                    task.resume_stream_time(stream_time)
+                task.initialize()
+                self.tasks[task_id] = task
+                for tp in tps:
+                    self._task_by_tp[tp] = task
+        finally:
+            restorer.close()
+
+    def close(self, *, clean: bool = True) -> None:
+        """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
+        try:
+            if clean and self._producer is not None:
+                self.commit(force=True)
+                self._purge_repartition_topics()
+        finally:
+            for task in self.tasks.values():
+                task.close()
+            for state in self.task_states.values():
+                state.close(clean=clean)
+            self.tasks.clear()
+            self.task_states.clear()
+            self._task_by_tp.clear()
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            if self._producer is not None:
+                if self.eos and not clean:
+                    # Fenced or already aborted is fine: nothing of it becomes visible.
+                    with contextlib.suppress(KafkaException):
+                        self._producer.abort_transaction(5)
+                self._producer.flush(5)
+                self._producer = None
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until the stop event is set, then commit and close."""
+        self.start()
+        try:
+            while not self.stop_event.is_set():
+                self.run_once()
+        except BaseException:
+            self.close(clean=False)
+            raise
+        self.close(clean=True)
+
+    def run_for(self, seconds: float) -> None:
+        """Run the loop for a while (a lease), leaving the worker open for the next one."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            self.run_once()
+
+    def run_once(self) -> None:
+        """Poll, process what may be processed, punctuate, and commit when the interval is up."""
+        assert self._consumer is not None
+        buffered = any(t.buffered_records() for t in self.tasks.values())
+        messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.fatal():
+                    raise StreamsError(f"the consumer failed: {error.str()}")
+                log.warning("consumer: %s", error.str())
+                continue
+            tp = (msg.topic(), msg.partition())
+            task = self._task_by_tp.get(tp)
+            if task is None:
+                continue
+            _ts_type, timestamp = msg.timestamp()
+            task.add_records(
+                tp[0], tp[1],
+                [ConsumedRecord(msg.key(), msg.value(), timestamp, msg.offset(),
+                                list(msg.headers() or []))],
+            )  # fmt: skip
+            self.metrics.records_in += 1
+        self._process()
+        self._apply_backpressure()
+        if self._commit_due():
+            self.commit()
+
+    def _process(self) -> None:
+        now_ms = int(time.time() * 1000)
+        for task in self.tasks.values():
+            processed = 0
+            while processed < PROCESS_BATCH and task.process_one(now_ms):
+                task.punctuate_stream_time()
+                processed += 1
+            if processed:
+                self._dirty = True
+                self.metrics.records_processed += processed
+            if task.punctuate_wall_clock(now_ms):
+                self._dirty = True
+
+    def _apply_backpressure(self) -> None:
+        """Pause partitions whose buffer is full; resume them once it drains."""
+        assert self._consumer is not None
+        to_pause, to_resume = [], []
+        for tp, task in self._task_by_tp.items():
+            depth = task.buffered_records()
+            if depth > MAX_BUFFERED_PER_PARTITION and tp not in self._paused:
+                to_pause.append(tp)
+            elif depth < MAX_BUFFERED_PER_PARTITION // 2 and tp in self._paused:
+                to_resume.append(tp)
+        if to_pause:
+            self._consumer.pause([TopicPartition(t, p) for t, p in to_pause])
+            self._paused.update(to_pause)
+        if to_resume:
+            self._consumer.resume([TopicPartition(t, p) for t, p in to_resume])
+            self._paused.difference_update(to_resume)
+
+    def _commit_due(self) -> bool:
+        elapsed_ms = (time.monotonic() - self._last_commit) * 1000
+        requested = any(t.commit_requested for t in self.tasks.values())
+        return requested or elapsed_ms >= int(self.config.commit_interval_ms)
+
+    # -- the commit cycle -------------------------------------------------------------------
+
+    def commit(self, *, force: bool = False) -> None:
+        """Commit outputs, state changes and input offsets together.
+
+        Exactly-once: flush the stores (their changelog records are already in the open
+        transaction), add the input offsets to the transaction, commit it, then make the
+        buffered store writes durable locally. At-least-once: flush, wait for every send to be
+        acknowledged, then commit the offsets.
+        """
+        assert self._producer is not None and self._consumer is not None
+        assert self._collector is not None
+        if not self._dirty and not force:
+            self._last_commit = time.monotonic()
+            return
+        started = time.monotonic()
+        # Flush caches and stores first: their records must be in the transaction (or acked)
+        # before the offsets that produced them are committed. The offsets never run ahead.
+        for task in self.tasks.values():
+            task.flush()
+        offsets = {}
+        for task in self.tasks.values():
+            offsets.update(task.committable_offsets())
+        changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
+        # The task's stream time rides along in the offset metadata, for the next start.
+        tps = [
+            TopicPartition(t, p, off, metadata=_encode_stream_time(self._task_by_tp[(t, p)]))
+            for (t, p), off in sorted(changed.items())
+        ]
+        self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
+        self._collector.check()
+        if self.eos:
+            if tps:
+                group = self._consumer.consumer_group_metadata()
+                self._call(
+                    lambda: self._producer.send_offsets_to_transaction(tps, group, TIMEOUT_S),
+                    "send offsets",
+                )
+            self._call(lambda: self._producer.commit_transaction(TIMEOUT_S), "commit")
+        elif tps:
+            self._call(lambda: self._consumer.commit(offsets=tps, asynchronous=False), "commit")
+        # Only now is the changelog durable in Kafka: the local stores may record it.
+        for state in self.task_states.values():
+            state.committed(self._collector.changelog_end)
+        self._collector.changelog_end.clear()
+        self._committed.update(changed)
+        if self.eos:
+            self._producer.begin_transaction()
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        self.metrics.record_commit(time.monotonic() - started)
+        self._refresh_metrics()
+        if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
+            self._purge_repartition_topics()
+
+    def _call(self, action: Callable[[], object], what: str) -> object:
+        """Run a client call: retry what is retriable, turn fencing into :class:`FencedError`."""
+        for attempt in range(5):
+            try:
+                return action()
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if _is_fenced(error):
+                    raise FencedError(
+                        f"slot {self.slot} was fenced during {what}: a newer instance runs its "
+                        "tasks now, so this one stops and its open transaction is discarded"
+                    ) from exc
+                if error.retriable() and attempt < 4:
+                    log.warning("%s failed (%s); retrying", what, error.str())
+                    time.sleep(0.2 * (attempt + 1))
+                    continue
+                if self.eos and error.txn_requires_abort():
+                    raise StreamsError(
+                        f"{what} failed and the transaction was aborted: {error.str()}"
+                    ) from exc
+                raise StreamsError(f"{what} failed: {error.str()}") from exc
+        raise AssertionError("unreachable")
+
+    def _purge_repartition_topics(self) -> None:
+        """Delete repartition records below the committed offsets: nobody will read them again."""
+        self._last_purge = time.monotonic()
+        purge = [
+            TopicPartition(t, p, off)
+            for (t, p), off in self._committed.items()
+            if t in self._repartition_topics and off > 0
+        ]
+        if not purge:
+            return
+        if self._admin is None:
+            self._admin = AdminClient(admin_settings(self.config))
+        try:
+            futures = self._admin.delete_records(purge, request_timeout=10)
+            for future in futures.values():
+                future.result()
+        except Exception as exc:  # purging is housekeeping: never fail processing for it
+            log.warning("could not purge repartition records: %s", exc)
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def _count_send(self, topic: str) -> None:
+        assert self._collector is not None
+        if topic not in self._collector.changelog_topics:
+            self.metrics.records_out += 1
+
+    def _refresh_metrics(self) -> None:
+        assert self._consumer is not None
+        self.metrics.dropped_records = sum(
+            t.metrics.get(DROPPED_RECORDS) for t in self.tasks.values()
+        )
+        lag = 0
+        for (topic, partition), task in self._task_by_tp.items():
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+            except KafkaException:
+                continue
+            position = task.committable_offsets().get((topic, partition))
+            if high >= 0 and position is not None:
+                lag += max(0, high - position)
+        self.metrics.lag = lag
+        self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
+        if self.on_progress is not None:
+            self.on_progress(self.metrics)
+
+
+def _is_fenced(error: KafkaError) -> bool:
+    return error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ) or (error.fatal() and "fenced" in error.str().lower())
+
+
+_STREAM_TIME_PREFIX = "fluvial-stream-time="
+
+
+def _encode_stream_time(task: StreamTask) -> str:
+    return f"{_STREAM_TIME_PREFIX}{task.stream_time}"
+
+
+def _decode_stream_time(metadata: str | None) -> int:
+    if metadata and metadata.startswith(_STREAM_TIME_PREFIX):
+        try:
+            return int(metadata[len(_STREAM_TIME_PREFIX) :])
+        except ValueError:
+            return -1
+    return -1
