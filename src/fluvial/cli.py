@@ -125,6 +125,113 @@ def kafka_logs(
         sys.stdout.write("".join(path.read_text(errors="replace").splitlines(True)[-lines:]))
 
 
+# -- applications ---------------------------------------------------------------------------------
+
+
+def _load(app_file: Path):  # noqa: ANN202 - returns LoadedApp
+    from fluvial.runtime.loader import load_app
+
+    try:
+        return load_app(app_file)
+    except FluvialError as error:
+        _fail(error)
+
+
+@app.command("describe")
+def describe(
+    app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
+    fmt: Annotated[str, typer.Option("--format", help="text, dot or mermaid")] = "text",
+) -> None:
+    """Print an application's sub-topologies, sources, processors, stores and sinks."""
+    loaded = _load(app_file)
+    app_id = loaded.config.application_id if loaded.config else None
+    description = loaded.topology.describe(app_id)
+    if fmt == "text":
+        out.print(str(description), highlight=False, markup=False)
+    elif fmt in ("dot", "mermaid"):
+        render = getattr(description, f"to_{fmt}", None)
+        if render is None:
+            _fail(FluvialError(f"--format {fmt} is not available yet; use --format text"))
+        out.print(render(), highlight=False, markup=False)
+    else:
+        _fail(FluvialError(f"unknown --format {fmt!r}: use text, dot or mermaid"))
+
+
+@app.command("run")
+def run(
+    app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
+    engine: Annotated[str, typer.Option(help="local (in this process) or spark")] = "local",
+    master: Annotated[str, typer.Option(help="Spark master for --engine spark")] = "local[*]",
+    guarantee: Annotated[str | None, typer.Option(help="exactly_once_v2 or at_least_once")] = None,
+    commit_interval_ms: Annotated[int | None, typer.Option(help="Commit interval (ms)")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
+    application_id: Annotated[str | None, typer.Option(help="Override the application id")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="Where local state lives")] = None,
+    workers: Annotated[int | None, typer.Option(help="Number of worker slots")] = None,
+    prometheus_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No live status line")] = False,
+) -> None:
+    """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
+    from fluvial.config import StreamsConfig
+    from fluvial.runtime.runner import run_application
+
+    loaded = _load(app_file)
+    overrides = {
+        "processing_guarantee": guarantee,
+        "commit_interval_ms": commit_interval_ms,
+        "bootstrap_servers": bootstrap_servers,
+        "application_id": application_id,
+        "state_dir": str(state_dir) if state_dir else None,
+    }
+    try:
+        base = loaded.config or StreamsConfig()
+        config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        if engine != "local":
+            raise FluvialError(
+                f"engine {engine!r} is not available in this version: use --engine local"
+            )
+        code = run_application(
+            loaded.topology, config, workers=workers, console=console,
+            prometheus_port=prometheus_port, live=not quiet,
+        )  # fmt: skip
+    except FluvialError as error:
+        _fail(error)
+    raise typer.Exit(code=code)
+
+
+@app.command("reset")
+def reset(
+    application_id: Annotated[str, typer.Argument(help="The application id to reset")],
+    bootstrap_servers: Annotated[str, typer.Option(help="Kafka bootstrap servers")] = (
+        "127.0.0.1:9092"
+    ),
+    state_dir: Annotated[Path, typer.Option(help="The application's state_dir")] = Path(
+        "/tmp/fluvial"
+    ),
+) -> None:
+    """Reset an application so that it reprocesses its input from scratch.
+
+    Deletes its committed offsets (inputs are read again from the earliest), its internal
+    topics (repartition, changelog) and its local state. Stop the application first.
+    """
+    from fluvial.runtime.reset import reset_application
+
+    try:
+        report = reset_application(application_id, bootstrap_servers, state_dir)
+    except FluvialError as error:
+        _fail(error)
+    console.print(
+        f"reset {application_id}: committed offsets "
+        f"{'deleted' if report.group_deleted else 'none found'}; "
+        f"{len(report.deleted_topics)} internal topic(s) deleted; local state "
+        f"{'wiped at ' + str(report.state_wiped) if report.state_wiped else 'none found'}"
+    )
+    for topic in report.deleted_topics:
+        console.print(f"  deleted {topic}")
+
+
 def main() -> None:
     app()
 
