@@ -3,7 +3,8 @@
 Stores know nothing of Kafka. Each write is handed to a change listener as a
 :class:`ChangelogRecord`; the runtime appends those to the store's changelog topic and replays them
 through :meth:`StateStore.restore` to rebuild a store. Two backends keep the same contracts:
-in-memory and RocksDB.
+in-memory and RocksDB. Transactional layers keep uncommitted writes out of a store until commit,
+for exactly-once.
 """
 
 from fluvial.state.base import (
@@ -44,6 +45,17 @@ from fluvial.state.suppliers import (
     window_store_supplier,
 )
 from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.transactional import (
+    DEFAULT_MAX_UNCOMMITTED_BYTES,
+    TransactionalKeyValueStore,
+    TransactionalStore,
+    TransactionalVersionedKeyValueStore,
+    find_transactional,
+)
+from fluvial.state.transactional_windowed import (
+    TransactionalSessionStore,
+    TransactionalWindowStore,
+)
 from fluvial.state.typed import (
     ReadOnlyKeyValueStore,
     TypedKeyValueStore,
@@ -65,6 +77,7 @@ __all__ = [
     "CachingWindowStore",
     "ChangeListener",
     "ChangelogRecord",
+    "DEFAULT_MAX_UNCOMMITTED_BYTES",
     "FlushListener",
     "InMemoryKeyValueStore",
     "InMemorySessionStore",
@@ -84,6 +97,11 @@ __all__ = [
     "StoreSupplier",
     "ThreadCache",
     "TimestampedKeyValueStore",
+    "TransactionalKeyValueStore",
+    "TransactionalSessionStore",
+    "TransactionalStore",
+    "TransactionalVersionedKeyValueStore",
+    "TransactionalWindowStore",
     "TypedKeyValueStore",
     "TypedSessionStore",
     "TypedTimestampedKeyValueStore",
@@ -94,6 +112,7 @@ __all__ = [
     "VersionedRecord",
     "WindowFlushListener",
     "WindowStore",
+    "find_transactional",
     "from_timestamped_bytes",
     "key_value_store_supplier",
     "parse_session_store_key",

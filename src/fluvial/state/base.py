@@ -87,6 +87,20 @@ class StateStore(ABC):
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         """Apply changelog records without calling the listener; a ``None`` value deletes."""
 
+    def apply_committed(
+        self, records: Iterable[ChangelogRecord], committed_offset: int | None
+    ) -> None:
+        """Apply changelog records that are now committed, and the offset they reach.
+
+        Transactional stores call this at commit, after the Kafka transaction that carried the
+        records committed. Persistent stores override it to write the data and the offset in
+        one atomic step, so that a crash leaves the store at one committed state or the next,
+        never in between. The listener is not called: the records are already on the changelog.
+        """
+        self.restore(records)
+        self.committed_offset = committed_offset
+        self.flush()
+
     def _log(self, key: bytes, value: bytes | None, timestamp_ms: int) -> None:
         if self._listener is not None:
             self._listener(ChangelogRecord(key, value, timestamp_ms))

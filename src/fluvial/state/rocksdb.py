@@ -201,14 +201,26 @@ class RocksDBKeyValueStore(_RocksDBStore, KeyValueStore):
         return int(count or 0)
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        self._live_db().write(self._stage_all(records))
+
+    def apply_committed(
+        self, records: Iterable[ChangelogRecord], committed_offset: int | None
+    ) -> None:
         db = self._live_db()
+        batch = self._stage_all(records)
+        self._write_meta(batch, _COMMITTED_OFFSET, committed_offset)
+        db.write(batch)  # data and offset: one atomic write
+        self.committed_offset = committed_offset
+        db.flush_wal(True)
+
+    def _stage_all(self, records: Iterable[ChangelogRecord]) -> WriteBatch:
         batch = WriteBatch(raw_mode=True)
         for record in records:
             if record.value is None:
                 batch.delete(record.key)
             else:
                 batch.put(record.key, bytes(record.value))
-        db.write(batch)
+        return batch
 
 
 class RocksDBWindowStore(_RocksDBStore, WindowStore):
@@ -296,23 +308,37 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         self._log(store_key, value, timestamp_ms)
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
+        self._restore(records, None, write_offset=False)
+
+    def apply_committed(
+        self, records: Iterable[ChangelogRecord], committed_offset: int | None
+    ) -> None:
+        self._restore(records, committed_offset, write_offset=True)
+        self._live_db().flush_wal(True)
+
+    def _restore(
+        self, records: Iterable[ChangelogRecord], committed_offset: int | None, write_offset: bool
+    ) -> None:
         db = self._live_db()
         batch = WriteBatch(raw_mode=True)
+        dead: list[int] = []
         for record in records:
             _, start, seqnum = parse_window_store_key(record.key)
-            dead = self._advance(batch, start)
-            if dead:
-                # Writes staged for a segment must land before that segment is dropped.
-                db.write(batch)
-                batch = WriteBatch(raw_mode=True)
-                self._drop_segments(dead)
+            dead.extend(s for s in self._advance(batch, start) if s not in dead)
             if start <= self.expired_before():
                 continue
             if self.retain_duplicates and seqnum > self._seqnum:
                 self._seqnum = seqnum
                 self._write_meta(batch, _SEQNUM, seqnum)
+            # A live start never falls in a dead segment, so nothing staged here is dropped below.
             self._stage(batch, bytes(record.key), start, record.value)
+        if write_offset:
+            self._write_meta(batch, _COMMITTED_OFFSET, committed_offset)
+            self.committed_offset = committed_offset
+        # One batch: data, stream time, sequence and offset land together or not at all. Dead
+        # segments go after it, since the batch may still name them.
         db.write(batch)
+        self._drop_segments(dead)
 
     def _stage(self, batch: WriteBatch, store_key: bytes, start: int, value: bytes | None) -> None:
         segment_id = start // self.segment_interval_ms

@@ -1,0 +1,212 @@
+"""Transactional layers over window and session stores (see :mod:`fluvial.state.transactional`).
+
+Both wrappers keep their own stream time, since uncommitted writes move it: expiry decisions
+(drop a late put, hide an expired window) must match what the store itself would decide had it
+seen the writes. The window wrapper also assigns the sequence numbers of duplicate-keeping
+stores, because they are part of the changelog key that is logged at write time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from fluvial.state.base import ChangelogRecord, WindowStore, window_store_key
+from fluvial.state.session import SessionEntry, SessionStore, session_store_key
+from fluvial.state.transactional import DEFAULT_MAX_UNCOMMITTED_BYTES, TransactionalStore
+
+
+class TransactionalWindowStore(TransactionalStore, WindowStore):
+    """A transactional layer over any bytes :class:`WindowStore`."""
+
+    def __init__(
+        self, inner: WindowStore, max_uncommitted_bytes: int = DEFAULT_MAX_UNCOMMITTED_BYTES
+    ) -> None:
+        WindowStore.__init__(
+            self,
+            inner.name,
+            inner.persistent,
+            inner.retention_ms,
+            inner.window_size_ms,
+            inner.retain_duplicates,
+        )
+        # key -> (window start, seqnum) -> value (None: deleted in this transaction)
+        self._by_key: dict[bytes, dict[tuple[int, int], bytes | None]] = {}
+        self._setup(inner, max_uncommitted_bytes)
+
+    def put(
+        self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
+    ) -> None:
+        self._check_open()
+        self.observed_stream_time = max(self.observed_stream_time, window_start_ms)
+        if window_start_ms <= self.expired_before():
+            return  # the store would drop it: so no buffer entry and no changelog record
+        if value is None and self.retain_duplicates:
+            return
+        key = bytes(key)
+        stored = None if value is None else bytes(value)
+        seqnum = self._next_seqnum()
+        store_key = window_store_key(key, window_start_ms, seqnum)
+        self._buffer(store_key, ChangelogRecord(store_key, stored, timestamp_ms))
+        self._by_key.setdefault(key, {})[(window_start_ms, seqnum)] = stored
+        self._log(store_key, stored, timestamp_ms)
+
+    def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
+        self._check_open()
+        if window_start_ms <= self.expired_before():
+            return None
+        if not self.retain_duplicates:
+            buffered = self._by_key.get(key, {})
+            if (window_start_ms, 0) in buffered:
+                return buffered[(window_start_ms, 0)]
+            value: bytes | None = self.inner.fetch(key, window_start_ms)
+            return value
+        for _, value in self.fetch_range(key, window_start_ms, window_start_ms):
+            return value
+        return None
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        self._check_open()
+        time_from = max(time_from, self.expired_before() + 1)
+        stored = list(self.inner.fetch_range(key, time_from, time_to))
+        buffered = [
+            (start, seqnum, value)
+            for (start, seqnum), value in self._by_key.get(key, {}).items()
+            if time_from <= start <= time_to
+        ]
+        if self.retain_duplicates:
+            # Buffered duplicates are newer than stored ones of the same window.
+            rows = [(start, 0, i, value) for i, (start, value) in enumerate(stored)]
+            rows += [(start, 1, seqnum, value) for start, seqnum, value in buffered]
+            rows.sort(key=lambda r: (r[0], r[1], r[2]))
+            return iter([(start, value) for start, _, _, value in rows if value is not None])
+        merged: dict[int, bytes | None] = dict(stored)
+        merged.update((start, value) for start, _, value in buffered)
+        return iter([(s, v) for s, v in sorted(merged.items()) if v is not None])
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        self._check_open()
+        time_from = max(time_from, self.expired_before() + 1)
+        stored = list(self.inner.fetch_all(time_from, time_to))
+        buffered = [
+            (start, key, seqnum, value)
+            for key, windows in self._by_key.items()
+            for (start, seqnum), value in windows.items()
+            if time_from <= start <= time_to
+        ]
+        if self.retain_duplicates:
+            rows = [(start, key, 0, i, value) for i, (key, start, value) in enumerate(stored)]
+            rows += [(start, key, 1, seqnum, value) for start, key, seqnum, value in buffered]
+            rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
+            return iter([(key, start, value) for start, key, _, _, value in rows])
+        merged: dict[tuple[int, bytes], bytes | None] = {
+            (start, key): value for key, start, value in stored
+        }
+        merged.update(((start, key), value) for start, key, _, value in buffered)
+        return iter(
+            [(key, start, v) for (start, key), v in sorted(merged.items()) if v is not None]
+        )
+
+    def approximate_num_entries(self) -> int:
+        count: int = getattr(self.inner, "approximate_num_entries", lambda: 0)()
+        return count + len(self._pending)
+
+    def _clear_overlay(self) -> None:
+        self._by_key.clear()
+
+    def _sync(self, committed: bool) -> None:
+        inner = self.inner
+        if committed:
+            self.observed_stream_time = max(self.observed_stream_time, inner.observed_stream_time)
+            self._seqnum = max(self._seqnum, inner._seqnum)
+        else:
+            # Aborted writes never happened: their stream time and sequence numbers are free.
+            self.observed_stream_time = inner.observed_stream_time
+            self._seqnum = inner._seqnum
+
+
+class TransactionalSessionStore(TransactionalStore, SessionStore):
+    """A transactional layer over any bytes :class:`SessionStore`.
+
+    Buffered records carry the session end as their timestamp: a session store's state does not
+    depend on changelog timestamps, and the listener already got the real one at write time.
+    """
+
+    def __init__(
+        self, inner: SessionStore, max_uncommitted_bytes: int = DEFAULT_MAX_UNCOMMITTED_BYTES
+    ) -> None:
+        SessionStore.__init__(self, inner.name, inner.persistent, inner.retention_ms)
+        # key -> (end, start) -> value (None: removed in this transaction)
+        self._by_key: dict[bytes, dict[tuple[int, int], bytes | None]] = {}
+        self._keys: list[bytes] = []
+        self._setup(inner, max_uncommitted_bytes)
+
+    def fetch_session(self, key: bytes, session_start_ms: int, session_end_ms: int) -> bytes | None:
+        self._check_open()
+        if session_end_ms <= self.expired_before():
+            return None
+        buffered = self._by_key.get(key, {})
+        if (session_end_ms, session_start_ms) in buffered:
+            return buffered[(session_end_ms, session_start_ms)]
+        value: bytes | None = self.inner.fetch_session(key, session_start_ms, session_end_ms)
+        return value
+
+    def approximate_num_entries(self) -> int:
+        count: int = getattr(self.inner, "approximate_num_entries", lambda: 0)()
+        return count + len(self._pending)
+
+    def _write(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
+        key = bytes(key)
+        stored = None if value is None else bytes(value)
+        store_key = session_store_key(key, start, end)
+        self._buffer(store_key, ChangelogRecord(store_key, stored, end))
+        if key not in self._by_key:
+            self._by_key[key] = {}
+            bisect.insort(self._keys, key)
+        self._by_key[key][(end, start)] = stored
+
+    def _advance(self, session_end_ms: int) -> None:
+        self.observed_stream_time = max(self.observed_stream_time, session_end_ms)
+
+    def _find(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_end: int,
+        latest_start: int,
+        one_key: bool,
+    ) -> Iterator[SessionEntry]:
+        earliest_end = self._live_from(earliest_end)
+        if one_key:
+            assert key_from is not None
+            stored = self.inner.find_sessions(key_from, earliest_end, latest_start)
+            keys = [key_from] if key_from in self._by_key else []
+        else:
+            stored = self.inner.find_sessions_range(key_from, key_to, earliest_end, latest_start)
+            lo = 0 if key_from is None else bisect.bisect_left(self._keys, key_from)
+            hi = len(self._keys) if key_to is None else bisect.bisect_right(self._keys, key_to)
+            keys = self._keys[lo:hi]
+        merged: dict[tuple[int, bytes, int], bytes | None] = {
+            (e.end_ms, e.key, e.start_ms): e.value for e in stored
+        }
+        for key in keys:
+            for (end, start), value in self._by_key[key].items():
+                if end >= earliest_end and start <= latest_start:
+                    merged[(end, key, start)] = value
+        return iter(
+            [
+                SessionEntry(key, start, end, value)
+                for (end, key, start), value in sorted(merged.items())
+                if value is not None
+            ]
+        )
+
+    def _clear_overlay(self) -> None:
+        self._by_key.clear()
+        self._keys.clear()
+
+    def _sync(self, committed: bool) -> None:
+        inner_time = self.inner.observed_stream_time
+        self.observed_stream_time = (
+            max(self.observed_stream_time, inner_time) if committed else inner_time
+        )
