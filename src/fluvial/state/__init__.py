@@ -26,6 +26,13 @@ from fluvial.state.caching import (
     ThreadCache,
     WindowFlushListener,
 )
+from fluvial.state.checkpoint import (
+    CHECKPOINT_FILE_NAME,
+    CheckpointError,
+    delete_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.rocksdb_session import RocksDBSessionStore
@@ -73,10 +80,12 @@ from fluvial.state.versioned import (
 )
 
 __all__ = [
+    "CHECKPOINT_FILE_NAME",
     "CachingKeyValueStore",
     "CachingWindowStore",
     "ChangeListener",
     "ChangelogRecord",
+    "CheckpointError",
     "DEFAULT_MAX_UNCOMMITTED_BYTES",
     "FlushListener",
     "InMemoryKeyValueStore",
@@ -112,15 +121,18 @@ __all__ = [
     "VersionedRecord",
     "WindowFlushListener",
     "WindowStore",
+    "delete_checkpoint",
     "find_transactional",
     "from_timestamped_bytes",
     "key_value_store_supplier",
     "parse_session_store_key",
     "parse_window_store_key",
+    "read_checkpoint",
     "session_store_key",
     "session_store_supplier",
     "to_timestamped_bytes",
     "versioned_key_value_store_supplier",
     "window_store_key",
     "window_store_supplier",
+    "write_checkpoint",
 ]
