@@ -26,6 +26,7 @@ from fluvial.state.caching import (
     ThreadCache,
     WindowFlushListener,
 )
+from fluvial.state.caching_session import CachingSessionStore, SessionFlushListener
 from fluvial.state.checkpoint import (
     CHECKPOINT_FILE_NAME,
     CheckpointError,
@@ -82,6 +83,7 @@ from fluvial.state.versioned import (
 __all__ = [
     "CHECKPOINT_FILE_NAME",
     "CachingKeyValueStore",
+    "CachingSessionStore",
     "CachingWindowStore",
     "ChangeListener",
     "ChangelogRecord",
@@ -101,6 +103,7 @@ __all__ = [
     "RocksDBVersionedKeyValueStore",
     "RocksDBWindowStore",
     "SessionEntry",
+    "SessionFlushListener",
     "SessionStore",
     "StateStore",
     "StoreSupplier",

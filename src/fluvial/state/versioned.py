@@ -250,11 +250,11 @@ class InMemoryVersionedKeyValueStore(VersionedKeyValueStore):
         cutoff = self.history_cutoff()
         while self._reclaim and self._reclaim[0][0] <= cutoff:
             _, key = heapq.heappop(self._reclaim)
-            times = self._times.get(key)
-            if not times:
-                continue
-            dead = prunable(times, self._values[key], cutoff)
-            if dead == len(times):
+            kept = self._times.get(key)
+            if not kept:
+                continue  # a stale entry: the key was reclaimed already
+            dead = prunable(kept, self._values[key], cutoff)
+            if dead == len(kept):
                 del self._times[key], self._values[key]
             elif dead:
-                del times[:dead], self._values[key][:dead]
+                del kept[:dead], self._values[key][:dead]
