@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.dsl import graph
+from fluvial.dsl.getters import store_getter
+from fluvial.dsl.global_table import GlobalKTable
 from fluvial.dsl.kstream import KStream
 from fluvial.dsl.ktable import KTable
 from fluvial.dsl.options import Consumed, Materialized
@@ -59,7 +61,42 @@ class StreamsBuilder:
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
         self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [source])
         self._itb.add_store(graph.kv_store_spec(store, m, k, v), name)
-        return KTable(self, name, key_serde, value_serde, store_name=store)
+        return KTable(
+            self, name, key_serde, value_serde, store_name=store,
+            getter=store_getter(store, k, v, m.versioned),
+        )  # fmt: skip
+
+    def global_table(
+        self,
+        topic: str,
+        consumed: Consumed | None = None,
+        materialized: Materialized | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> GlobalKTable:
+        """A table of *every* partition of ``topic``, replicated to every instance.
+
+        Streams join it by a key they compute (``stream.join(global_table, joiner,
+        key_selector=...)``), so neither repartitioning nor co-partitioning is needed.
+        """
+        c = consumed or Consumed()
+        m = materialized or Materialized()
+        if m.versioned:
+            raise ValueError("a GlobalKTable cannot be versioned; use builder.table for that")
+        key_serde = key_serde or c.key_serde or m.key_serde
+        value_serde = value_serde or c.value_serde or m.value_serde
+        store = graph.store_name(self._itb, m, f"{topic}-")
+        source = f"{c.name}-source" if c.name else self._itb.new_processor_name(graph.SOURCE)
+        name = c.name or self._itb.new_processor_name("KTABLE-SOURCE-")
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        # The topic itself is the changelog, and nothing is forwarded: no log, no cache.
+        m = m.with_logging_disabled().with_caching_disabled()
+        self._itb.add_global_store(
+            graph.kv_store_spec(store, m, k, v), source, topic, key_serde, value_serde,
+            name, lambda: TableSourceProcessor(store, k, v),
+        )  # fmt: skip
+        return GlobalKTable(store, key_serde, value_serde, store_getter(store, k, v))
 
     def add_state_store(self, store_builder: StoreBuilder) -> StreamsBuilder:
         """Register a Processor API store; processors name it in ``KStream.process(..., name)``."""

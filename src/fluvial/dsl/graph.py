@@ -6,10 +6,15 @@ from typing import Any
 
 from fluvial import serdes
 from fluvial.dsl.options import Materialized
-from fluvial.dsl.stateless import NullKeyFilterProcessor
+from fluvial.dsl.stateless import NullKeyFilterProcessor, PassThroughProcessor
 from fluvial.serdes import Serde
 from fluvial.topology.builder import InternalTopologyBuilder
-from fluvial.topology.nodes import TIMESTAMPED_KEY_VALUE, StoreSpec
+from fluvial.topology.nodes import (
+    TIMESTAMPED_KEY_VALUE,
+    VERSIONED_KEY_VALUE,
+    SourceNode,
+    StoreSpec,
+)
 
 SOURCE = "KSTREAM-SOURCE-"
 SINK = "KSTREAM-SINK-"
@@ -38,17 +43,44 @@ def kv_store_spec(
     key_serde: Serde[Any],
     value_serde: Serde[Any],
 ) -> StoreSpec:
+    """A table's store: timestamped key-value, or versioned when the user asked for history."""
     m = materialized or Materialized()
     return StoreSpec(
         name=name,
-        kind=TIMESTAMPED_KEY_VALUE,
+        kind=VERSIONED_KEY_VALUE if m.versioned else TIMESTAMPED_KEY_VALUE,
         key_serde=key_serde,
         value_serde=value_serde,
         store_type=m.store_type,
-        caching_enabled=m.caching_enabled,
+        caching_enabled=m.caching_enabled and not m.versioned,
         logging_enabled=m.logging_enabled,
+        history_retention_ms=m.history_retention_ms,
         internal_format=True,
     )
+
+
+def source_nodes(itb: InternalTopologyBuilder, node: str) -> list[str]:
+    """The source nodes ``node`` reads from, directly or through other processors."""
+    found: list[str] = []
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        current = itb.nodes[name]
+        if isinstance(current, SourceNode):
+            found.append(name)
+        else:
+            stack.extend(current.parents)
+    return sorted(found)
+
+
+def copartition(itb: InternalTopologyBuilder, *nodes: str) -> None:
+    """Require the topics feeding ``nodes`` to have equal partition counts (a join's inputs)."""
+    sources = sorted({s for node in nodes for s in source_nodes(itb, node)})
+    if len(sources) > 1:
+        itb.copartition(*sources)
 
 
 def add_repartition(
@@ -78,3 +110,8 @@ def add_repartition(
     itb.add_sink(sink, topic, [filter_], k, v)
     itb.add_source(source, [topic], k, v)
     return source
+
+
+def pass_through() -> PassThroughProcessor:
+    """Supplier of merge nodes: where two processors' outputs continue as one stream."""
+    return PassThroughProcessor()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fluvial import serdes
 from fluvial.dsl import graph
 from fluvial.dsl.aggregate import StreamAggregateProcessor, WindowedAggregateProcessor
+from fluvial.dsl.getters import store_getter
 from fluvial.dsl.kstream import NamedArg, named_value
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.suppressed import EmitStrategy
@@ -101,7 +102,10 @@ class KGroupedStream:
             name, lambda: StreamAggregateProcessor(store, k, v, initializer, aggregator), [parent]
         )
         itb.add_store(graph.kv_store_spec(store, m, k, v), name)
-        return KTable(stream._builder, name, key_serde, value_serde, store_name=store)
+        return KTable(
+            stream._builder, name, key_serde, value_serde, store_name=store,
+            getter=store_getter(store, k, v),
+        )  # fmt: skip
 
 
 class TimeWindowedKStream:

@@ -24,11 +24,14 @@ from fluvial.dsl.stateless import (
     PeekProcessor,
     SelectKeyProcessor,
 )
+from fluvial.dsl.table_table_join import INNER, LEFT, OUTER
+from fluvial.dsl.windows import JoinWindows
 from fluvial.processor.api import ProcessorSupplier
 from fluvial.serdes import Serde
 
 if TYPE_CHECKING:
     from fluvial.dsl.builder import StreamsBuilder
+    from fluvial.dsl.global_table import GlobalKTable
     from fluvial.dsl.grouped import KGroupedStream
     from fluvial.dsl.ktable import KTable
 
@@ -214,6 +217,7 @@ class KStream:
 
     def to_table(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
         """Read the stream as a changelog: the latest value per key, ``None`` deleting."""
+        from fluvial.dsl.getters import store_getter
         from fluvial.dsl.ktable import KTable
         from fluvial.dsl.table_ops import TableSourceProcessor
 
@@ -226,7 +230,10 @@ class KStream:
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
         self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [parent])
         self._itb.add_store(graph.kv_store_spec(store, m, k, v), name)
-        return KTable(self._builder, name, key_serde, value_serde, store_name=store)
+        return KTable(
+            self._builder, name, key_serde, value_serde, store_name=store,
+            getter=store_getter(store, k, v, m.versioned),
+        )  # fmt: skip
 
     def _repartition_if_required(self, grouped_name: str | None, store: str) -> str:
         """The node to attach a stateful operator to: a repartition source if keys changed."""
@@ -236,6 +243,130 @@ class KStream:
             self._itb, self.node, grouped_name or store, grouped_name is not None,
             self.key_serde, self.value_serde,
         )  # fmt: skip
+
+    # -- joins ------------------------------------------------------------------------------
+    def join(
+        self,
+        other: KStream | KTable | GlobalKTable,
+        joiner: Callable[..., Any],
+        windows: JoinWindows | None = None,
+        named: NamedArg = None,
+        *,
+        key_selector: Callable[[Any, Any], Any] | None = None,
+        with_key: bool = False,
+        store_name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+    ) -> KStream:
+        """Inner join: ``joiner(value, other_value)`` (``joiner(key, v, other)`` with ``with_key``).
+
+        - another ``KStream``: records of both streams within ``windows`` (JoinWindows) of each
+          other, by key;
+        - a ``KTable``: each stream record with the table's row for its key, looked up when the
+          record is processed (as of its timestamp, for a versioned table); table updates
+          alone emit nothing;
+        - a ``GlobalKTable``: the same, with the row for ``key_selector(key, value)``.
+
+        ``store_name`` names a stream-stream join's stores; the serdes are those of its stores.
+        """
+        return self._join(
+            other, joiner, windows, named, INNER, key_selector, with_key, store_name,
+            key_serde, value_serde, other_value_serde,
+        )  # fmt: skip
+
+    def left_join(
+        self,
+        other: KStream | KTable | GlobalKTable,
+        joiner: Callable[..., Any],
+        windows: JoinWindows | None = None,
+        named: NamedArg = None,
+        *,
+        key_selector: Callable[[Any, Any], Any] | None = None,
+        with_key: bool = False,
+        store_name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+    ) -> KStream:
+        """Every record of this stream, with ``None`` for a missing partner.
+
+        With a stream, a record without a partner is emitted only once its join window has
+        closed (time difference + grace), so no result is later contradicted.
+        """
+        return self._join(
+            other, joiner, windows, named, LEFT, key_selector, with_key, store_name,
+            key_serde, value_serde, other_value_serde,
+        )  # fmt: skip
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: Callable[..., Any],
+        windows: JoinWindows,
+        named: NamedArg = None,
+        *,
+        with_key: bool = False,
+        store_name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+    ) -> KStream:
+        """Records of either stream, with ``None`` for a partner that never came in the window."""
+        if not isinstance(other, KStream):
+            raise TypeError("outer_join joins two streams; tables join with KTable.outer_join")
+        return self._join(
+            other, joiner, windows, named, OUTER, None, with_key, store_name,
+            key_serde, value_serde, other_value_serde,
+        )  # fmt: skip
+
+    def _join(
+        self,
+        other: Any,
+        joiner: Callable[..., Any],
+        windows: JoinWindows | None,
+        named: NamedArg,
+        kind: str,
+        key_selector: Callable[[Any, Any], Any] | None,
+        with_key: bool,
+        store_name: str | None,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        other_value_serde: Serde[Any] | None,
+    ) -> KStream:
+        from fluvial.dsl import joins
+        from fluvial.dsl.global_table import GlobalKTable
+        from fluvial.dsl.ktable import KTable
+
+        name = named_value(named)
+        if isinstance(other, KStream):
+            if windows is None:
+                raise TypeError(
+                    "a stream-stream join needs JoinWindows: stream.join(other, joiner, "
+                    "JoinWindows.of_time_difference_and_grace(diff_ms, grace_ms))"
+                )
+            return joins.stream_stream(
+                self, other, joiner, windows, kind, name, store_name, with_key,
+                key_serde, value_serde, other_value_serde,
+            )  # fmt: skip
+        if windows is not None:
+            raise TypeError("JoinWindows apply to stream-stream joins only")
+        if isinstance(other, GlobalKTable):
+            if key_selector is None:
+                raise TypeError(
+                    "a GlobalKTable join needs key_selector=lambda key, value: <table key>"
+                )
+            return joins.stream_global(
+                self, other, key_selector, joiner, kind == LEFT, name, with_key
+            )
+        if isinstance(other, KTable):
+            if key_selector is not None:
+                raise TypeError(
+                    "key_selector is for GlobalKTable joins; re-key the stream with "
+                    "select_key(...) before joining a KTable"
+                )
+            return joins.stream_table(self, other, joiner, kind == LEFT, name, with_key)
+        raise TypeError(f"cannot join a KStream with {type(other).__name__}")
 
     # -- grouping ---------------------------------------------------------------------------
     def group_by_key(

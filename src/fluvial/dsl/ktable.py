@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fluvial import serdes
-from fluvial.dsl import graph
+from fluvial.dsl import graph, joins
 from fluvial.dsl.change import change_serde
+from fluvial.dsl.getters import GetterSupplier, store_getter, transform_getter
 from fluvial.dsl.kstream import KStream, NamedArg, named_value
 from fluvial.dsl.options import Grouped, Materialized
 from fluvial.dsl.suppress import SuppressProcessor
@@ -24,7 +25,8 @@ from fluvial.dsl.table_ops import (
     TableSelectProcessor,
     TableToStreamProcessor,
 )
-from fluvial.dsl.windows import TimeWindows
+from fluvial.dsl.table_table_join import INNER, LEFT, OUTER
+from fluvial.dsl.windows import AnyWindows
 from fluvial.processor.api import ProcessorSupplier
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import KEY_VALUE, StoreSpec
@@ -37,7 +39,8 @@ class KTable:
     """A changelog stream read as a table: the latest value per key.
 
     ``store_name`` is set when the table is materialized in a store of its own; ``windows`` when
-    it is the result of a windowed aggregation (its keys are then ``Windowed``).
+    it is the result of a windowed aggregation (its keys are then ``Windowed``). ``getter``
+    says how a join looks a key up in this table (see :mod:`fluvial.dsl.getters`).
     """
 
     def __init__(
@@ -48,8 +51,9 @@ class KTable:
         value_serde: Serde[Any] | None,
         *,
         store_name: str | None = None,
-        windows: TimeWindows | None = None,
+        windows: AnyWindows | None = None,
         inner_key_serde: Serde[Any] | None = None,
+        getter: GetterSupplier | None = None,
     ) -> None:
         self._builder = builder
         self._itb = builder._itb
@@ -59,6 +63,7 @@ class KTable:
         self.store_name = store_name
         self.windows = windows
         self._inner_key_serde = inner_key_serde
+        self._getter = getter
 
     @property
     def queryable_store_name(self) -> str | None:
@@ -70,40 +75,157 @@ class KTable:
         supplier: ProcessorSupplier,
         named: NamedArg,
         value_serde: Serde[Any] | None,
+        getter: GetterSupplier | None = None,
+        materialized: Materialized | None = None,
     ) -> KTable:
         name = named_value(named) or self._itb.new_processor_name(prefix)
         self._itb.add_processor(name, supplier, [self.node])
-        return KTable(
+        table = KTable(
             self._builder, name, self.key_serde, value_serde,
-            windows=self.windows, inner_key_serde=self._inner_key_serde,
+            windows=self.windows, inner_key_serde=self._inner_key_serde, getter=getter,
         )  # fmt: skip
+        return table if materialized is None else joins.materialize(table, materialized)
 
     def _internal_key_serde(self) -> Serde[Any]:
         if self.windows is not None:
             inner = graph.internal_serde(self._inner_key_serde)
-            return serdes.time_windowed(inner, self.windows.size_ms)
+            return self.windows.windowed_key_serde(inner)
         return graph.internal_serde(self.key_serde)
 
-    def filter(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KTable:
-        """Rows for which ``predicate(key, value)`` holds; a row that stops matching is deleted."""
-        return self._derive(
-            "KTABLE-FILTER-",
-            lambda: TableFilterProcessor(predicate, False),
-            named,
-            self.value_serde,
-        )
+    def _value_getter(self) -> GetterSupplier:
+        """How joins read this table; a table without one is materialized into a store first."""
+        if self._getter is None:
+            if self.windows is not None:
+                raise TypeError(
+                    f"{self.node}: joins on windowed tables are not supported; join the "
+                    "tables before windowing, or use to_stream() and a stream join"
+                )
+            materialized = joins.materialize(self, Materialized().with_caching_disabled())
+            self.node = materialized.node
+            self.store_name = materialized.store_name
+            self._getter = materialized._getter
+        assert self._getter is not None
+        return self._getter
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool], named: NamedArg = None) -> KTable:
+    def filter(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Rows for which ``predicate(key, value)`` holds; a row that stops matching is deleted."""
+        return self._filter(predicate, False, named, materialized)
+
+    def filter_not(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        return self._filter(predicate, True, named, materialized)
+
+    def _filter(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        negate: bool,
+        named: NamedArg,
+        materialized: Materialized | None,
+    ) -> KTable:
+        def keep(key: Any, value: Any) -> Any:
+            return value if bool(predicate(key, value)) != negate else None
+
         return self._derive(
-            "KTABLE-FILTER-", lambda: TableFilterProcessor(predicate, True), named, self.value_serde
-        )
+            "KTABLE-FILTER-", lambda: TableFilterProcessor(predicate, negate), named,
+            self.value_serde, transform_getter(self._getter, keep), materialized,
+        )  # fmt: skip
 
     def map_values(
-        self, mapper: Callable[..., Any], named: NamedArg = None, *, with_key: bool = False
+        self,
+        mapper: Callable[..., Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+        *,
+        with_key: bool = False,
     ) -> KTable:
         """``mapper(value)`` (or ``mapper(key, value)``) applied to new and old values alike."""
+
+        def apply(key: Any, value: Any) -> Any:
+            return mapper(key, value) if with_key else mapper(value)
+
         return self._derive(
-            "KTABLE-MAPVALUES-", lambda: TableMapValuesProcessor(mapper, with_key), named, None
+            "KTABLE-MAPVALUES-", lambda: TableMapValuesProcessor(mapper, with_key), named, None,
+            transform_getter(self._getter, apply), materialized,
+        )  # fmt: skip
+
+    # -- joins ------------------------------------------------------------------------------
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+        *,
+        foreign_key_extractor: Callable[[Any], Any] | None = None,
+        with_key: bool = False,
+    ) -> KTable:
+        """Rows present in both tables, ``joiner(left, right)``; revised as either side changes.
+
+        With ``foreign_key_extractor(left_value)``, each left row joins the right row whose key
+        is its foreign key (tables need not be co-partitioned).
+        """
+        return self._join(
+            other, joiner, INNER, named, materialized, foreign_key_extractor, with_key
+        )
+
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+        *,
+        foreign_key_extractor: Callable[[Any], Any] | None = None,
+        with_key: bool = False,
+    ) -> KTable:
+        """Every left row, with the right row or ``None``: ``joiner(left, right_or_None)``."""
+        return self._join(other, joiner, LEFT, named, materialized, foreign_key_extractor, with_key)
+
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+        *,
+        with_key: bool = False,
+    ) -> KTable:
+        """Rows of either table; the missing side is ``None``."""
+        return self._join(other, joiner, OUTER, named, materialized, None, with_key)
+
+    def _join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        kind: str,
+        named: NamedArg,
+        materialized: Materialized | None,
+        foreign_key_extractor: Callable[[Any], Any] | None,
+        with_key: bool,
+    ) -> KTable:
+        if not isinstance(other, KTable):
+            raise TypeError(
+                f"KTable joins take another KTable, got {type(other).__name__}; to join a "
+                "stream with a table call stream.join(table, ...)"
+            )
+        if foreign_key_extractor is not None:
+            from fluvial.dsl.fk_join import foreign_key_join
+
+            return foreign_key_join(
+                self, other, foreign_key_extractor, joiner, kind == LEFT,
+                named_value(named), materialized, with_key,
+            )  # fmt: skip
+        return joins.table_table(
+            self, other, joiner, kind, named_value(named), materialized, with_key
         )
 
     def to_stream(self, named: NamedArg = None) -> KStream:
@@ -255,5 +377,6 @@ class KGroupedTable:
         )
         itb.add_store(graph.kv_store_spec(store, m, k, a), name)
         return KTable(
-            self._builder, name, m.key_serde or self._key_serde, agg_serde, store_name=store
-        )
+            self._builder, name, m.key_serde or self._key_serde, agg_serde, store_name=store,
+            getter=store_getter(store, k, a),
+        )  # fmt: skip

@@ -128,10 +128,27 @@ class Materialized:
     logging_enabled: bool = True
     store_type: str | None = None
     retention_ms: int | None = None
+    # Set for a versioned table: how far back as-of lookups are answered.
+    history_retention_ms: int | None = None
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
         return Materialized(store_name=store_name)
+
+    @staticmethod
+    def as_versioned(store_name: str | None, history_retention: int | timedelta) -> Materialized:
+        """A versioned table: joins look it up as of the stream record's time (see KIP-889)."""
+        return Materialized(store_name=store_name).with_history_retention(history_retention)
+
+    def with_history_retention(self, history_retention: int | timedelta) -> Materialized:
+        """Keep each key's history this long behind stream time: the store becomes versioned."""
+        history = to_millis(history_retention, "history retention")
+        # Versions must all reach the store: a cache would collapse them.
+        return replace(self, history_retention_ms=history, caching_enabled=False)
+
+    @property
+    def versioned(self) -> bool:
+        return self.history_retention_ms is not None
 
     @staticmethod
     def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
@@ -163,5 +180,5 @@ class Materialized:
         return replace(self, store_type=store_type)
 
     def with_retention(self, retention: int | timedelta) -> Materialized:
-        """How long a window store keeps windows; at least window size + grace."""
+        """How long a window or session store keeps windows; at least window size + grace."""
         return replace(self, retention_ms=to_millis(retention, "retention"))

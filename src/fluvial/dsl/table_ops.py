@@ -10,19 +10,27 @@ from collections.abc import Callable
 from typing import Any
 
 from fluvial.dsl.change import Change
-from fluvial.dsl.forwarding import TableForwarder
+from fluvial.dsl.forwarding import TableForwarder, emit
 from fluvial.dsl.stateless import as_key_value
 from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.records import Record
 from fluvial.serdes import Serde
+from fluvial.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+)
 
 
 class TableSourceProcessor(Processor[Any, Any]):
     """Turns a stream of upserts (``None`` = delete) into table changes, via a store.
 
     Used by ``builder.table`` and ``KStream.to_table``; ``input_is_change`` is set when the
-    input already carries changes (a materialized filter or map_values).
+    input already carries changes (a materialized filter, map_values or join).
+
+    Over a versioned store, an update older than the key's latest version only adds history:
+    the table as of now is unchanged, so nothing is forwarded.
     """
 
     def __init__(
@@ -40,7 +48,9 @@ class TableSourceProcessor(Processor[Any, Any]):
     def init(self, context: Any) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.value_serde)
+        self.versioned = isinstance(self.store, VersionedKeyValueStore)
+        if not self.versioned:
+            self.forwarder = TableForwarder(context, self.store, self.key_serde, self.value_serde)
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
@@ -49,12 +59,31 @@ class TableSourceProcessor(Processor[Any, Any]):
         value = record.value.new_value if self.input_is_change else record.value
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
+        if self.versioned:
+            self._process_versioned(record, key_bytes, value)
+            return
         found = self.store.get(key_bytes)
         old = None if found is None else self.value_serde.deserialize(None, found[0])
         if value is None and found is None:
             return  # deleting a key that is not there changes nothing
         self.store.put(key_bytes, self.value_serde.serialize(None, value), record.timestamp_ms)
         self.forwarder.maybe_forward(record.key, value, old, record.timestamp_ms)
+
+    def _process_versioned(self, record: Record[Any, Any], key_bytes: bytes, value: Any) -> None:
+        latest = self.store.get(key_bytes)
+        code = self.store.put(
+            key_bytes, self.value_serde.serialize(None, value), record.timestamp_ms
+        )
+        if code == PUT_RETURN_CODE_NOT_PUT:
+            # Older than the history retention: no as-of query could ever see it.
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        if code != PUT_RETURN_CODE_VALID_TO_UNDEFINED:
+            return  # out of order: history changed, the latest row did not
+        old = None if latest is None else self.value_serde.deserialize(None, latest.value)
+        if value is None and latest is None:
+            return
+        emit(self.context, record.key, Change(value, old), record.timestamp_ms)
 
 
 class TableFilterProcessor(Processor[Any, Any]):

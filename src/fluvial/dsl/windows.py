@@ -1,16 +1,27 @@
-"""Time windows: which windows a timestamp falls into, and how long they accept late records.
+"""Window specifications: which windows a record falls into, and how long they accept late records.
 
-``SlidingWindows``, ``SessionWindows`` and ``JoinWindows`` come with the DSL breadth work
-(issue 4); they will sit next to :class:`TimeWindows` here.
+- :class:`TimeWindows`: epoch-aligned ``[start, end)`` windows, tumbling or hopping.
+- :class:`SlidingWindows`: windows of a fixed time difference whose bounds are both inclusive;
+  which windows exist depends on the records themselves (see :mod:`fluvial.dsl.sliding`).
+- :class:`SessionWindows`: per-key activity periods separated by an inactivity gap.
+- :class:`JoinWindows`: how far apart two records of a stream-stream join may be.
+
+Every one carries a grace period: a window accepts records while
+``window_end > stream_time - grace`` (sessions: their inclusive end ``>= stream_time - grace``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from fluvial import serdes
 from fluvial.config import to_millis
 from fluvial.records import Window
+from fluvial.serdes import Serde
+
+Duration = int | timedelta
 
 
 @dataclass(frozen=True)
@@ -32,20 +43,21 @@ class TimeWindows:
                 f"window advance must be in (0, size={self.size_ms}] ms, got {self.advance_ms}: "
                 "an advance larger than the size would leave gaps"
             )
+        _check_grace(self.grace_ms)
 
     @staticmethod
-    def of_size_with_no_grace(size_ms: int | timedelta) -> TimeWindows:
+    def of_size_with_no_grace(size_ms: Duration) -> TimeWindows:
         """Tumbling windows that close as soon as stream time passes their end."""
         size = to_millis(size_ms, "window size")
         return TimeWindows(size, size, 0)
 
     @staticmethod
-    def of_size_and_grace(size_ms: int | timedelta, grace_ms: int | timedelta) -> TimeWindows:
+    def of_size_and_grace(size_ms: Duration, grace_ms: Duration) -> TimeWindows:
         """Tumbling windows that still accept records ``grace_ms`` after their end."""
         size = to_millis(size_ms, "window size")
         return TimeWindows(size, size, to_millis(grace_ms, "grace"))
 
-    def advance_by(self, advance_ms: int | timedelta) -> TimeWindows:
+    def advance_by(self, advance_ms: Duration) -> TimeWindows:
         """Hopping windows: a new window every ``advance_ms``; a record lands in each it overlaps."""
         return TimeWindows(self.size_ms, to_millis(advance_ms, "advance"), self.grace_ms)
 
@@ -58,3 +70,139 @@ class TimeWindows:
             out.append(Window(start, start + self.size_ms))
             start += self.advance_ms
         return out
+
+    def windowed_key_serde(self, inner: Serde[Any]) -> Serde[Any]:
+        """Output keys: inner key + 8-byte window start; the end is start + size."""
+        return serdes.time_windowed(inner, self.size_ms)
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Windows ``[start, start + time_difference]``, both bounds inclusive, placed by records.
+
+    Two records fall in a common window exactly when their timestamps differ by at most
+    ``time_difference_ms``. Output keys are ``Windowed`` with ``end = start + time_difference``.
+    """
+
+    time_difference_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.time_difference_ms <= 0:
+            raise ValueError(
+                f"sliding window time difference must be positive, got {self.time_difference_ms}"
+            )
+        _check_grace(self.grace_ms)
+
+    @staticmethod
+    def of_time_difference_and_grace(
+        time_difference_ms: Duration, grace_ms: Duration
+    ) -> SlidingWindows:
+        return SlidingWindows(
+            to_millis(time_difference_ms, "time difference"), to_millis(grace_ms, "grace")
+        )
+
+    @staticmethod
+    def of_time_difference_with_no_grace(time_difference_ms: Duration) -> SlidingWindows:
+        return SlidingWindows(to_millis(time_difference_ms, "time difference"), 0)
+
+    @property
+    def size_ms(self) -> int:
+        """What a window store and a windowed serde call the window size."""
+        return self.time_difference_ms
+
+    def windowed_key_serde(self, inner: Serde[Any]) -> Serde[Any]:
+        return serdes.time_windowed(inner, self.time_difference_ms)
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Sessions: a key's records no more than ``inactivity_gap_ms`` apart share a window.
+
+    A session's window is ``[first record, last record]``, both inclusive. A late record that
+    falls within the gap of two sessions merges them into one.
+    """
+
+    inactivity_gap_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.inactivity_gap_ms <= 0:
+            raise ValueError(
+                f"session inactivity gap must be positive, got {self.inactivity_gap_ms}"
+            )
+        _check_grace(self.grace_ms)
+
+    @staticmethod
+    def of_inactivity_gap_and_grace(gap_ms: Duration, grace_ms: Duration) -> SessionWindows:
+        return SessionWindows(to_millis(gap_ms, "inactivity gap"), to_millis(grace_ms, "grace"))
+
+    @staticmethod
+    def of_inactivity_gap_with_no_grace(gap_ms: Duration) -> SessionWindows:
+        return SessionWindows(to_millis(gap_ms, "inactivity gap"), 0)
+
+    def windowed_key_serde(self, inner: Serde[Any]) -> Serde[Any]:
+        """Output keys: inner key + 8-byte end + 8-byte start (Kafka Streams' session keys)."""
+        return serdes.session_windowed(inner)
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """A stream-stream join pairs a left record at ``t`` with right records in
+    ``[t - before_ms, t + after_ms]``.
+
+    ``grace_ms`` is how long after that interval closes (in stream time) a late record may still
+    join; it is also when left and outer joins give up and emit a record without a partner.
+    """
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.before_ms + self.after_ms < 0:
+            raise ValueError(
+                f"join window [-{self.before_ms}, +{self.after_ms}] is empty: before + after "
+                "must not be negative"
+            )
+        _check_grace(self.grace_ms)
+
+    @staticmethod
+    def of_time_difference_and_grace(
+        time_difference_ms: Duration, grace_ms: Duration
+    ) -> JoinWindows:
+        diff = to_millis(time_difference_ms, "time difference")
+        return JoinWindows(diff, diff, to_millis(grace_ms, "grace"))
+
+    @staticmethod
+    def of_time_difference_without_grace(time_difference_ms: Duration) -> JoinWindows:
+        diff = to_millis(time_difference_ms, "time difference")
+        return JoinWindows(diff, diff, 0)
+
+    of_time_difference_with_no_grace = of_time_difference_without_grace
+
+    def before(self, before_ms: Duration) -> JoinWindows:
+        """How much earlier than a left record a right record may be (may be negative)."""
+        return JoinWindows(to_millis_signed(before_ms), self.after_ms, self.grace_ms)
+
+    def after(self, after_ms: Duration) -> JoinWindows:
+        """How much later than a left record a right record may be (may be negative)."""
+        return JoinWindows(self.before_ms, to_millis_signed(after_ms), self.grace_ms)
+
+    @property
+    def size_ms(self) -> int:
+        return self.before_ms + self.after_ms
+
+
+def to_millis_signed(value: Duration) -> int:
+    if isinstance(value, timedelta):
+        return int(value / timedelta(milliseconds=1))
+    return int(value)
+
+
+def _check_grace(grace_ms: int) -> None:
+    if grace_ms < 0:
+        raise ValueError(f"grace must not be negative, got {grace_ms} ms")
+
+
+AnyWindows = TimeWindows | SlidingWindows | SessionWindows

@@ -58,6 +58,11 @@ class PunctuationQueue:
         heapq.heappush(self._heap, schedule)
         return schedule
 
+    def shift(self, offset_ms: int) -> None:
+        """Move every schedule by ``offset_ms`` (the same for all, so the heap stays ordered)."""
+        for schedule in self._heap:
+            schedule.next_time_ms += offset_ms
+
     def fire_due(self, now_ms: int, run: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Run every schedule due at ``now_ms`` once; return whether any ran."""
         fired: list[PunctuationSchedule] = []

@@ -15,14 +15,26 @@ from fluvial.state.base import KeyValueStore, StateStore, WindowStore
 from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
+from fluvial.state.rocksdb_session import RocksDBSessionStore
+from fluvial.state.rocksdb_versioned import RocksDBVersionedKeyValueStore
+from fluvial.state.session import InMemorySessionStore, SessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
-from fluvial.state.typed import TypedKeyValueStore, TypedTimestampedKeyValueStore, TypedWindowStore
+from fluvial.state.typed import (
+    TypedKeyValueStore,
+    TypedSessionStore,
+    TypedTimestampedKeyValueStore,
+    TypedVersionedKeyValueStore,
+    TypedWindowStore,
+)
+from fluvial.state.versioned import InMemoryVersionedKeyValueStore, VersionedKeyValueStore
 from fluvial.topology.nodes import (
     IN_MEMORY,
     KEY_VALUE,
     ROCKSDB,
+    SESSION,
     STORE_TYPES,
     TIMESTAMPED_KEY_VALUE,
+    VERSIONED_KEY_VALUE,
     WINDOW,
     StoreSpec,
 )
@@ -56,6 +68,18 @@ def create_store(spec: StoreSpec, default_store_type: str, cache: ThreadCache | 
         if cached and not spec.retain_duplicates:
             ws = CachingWindowStore(ws, cache=cache)
         return ws
+    if spec.kind == SESSION:
+        # No session cache yet: every session update is written (and forwarded) at once.
+        assert spec.retention_ms is not None
+        if store_type == ROCKSDB:
+            return RocksDBSessionStore(spec.name, spec.retention_ms)
+        return InMemorySessionStore(spec.name, spec.retention_ms)
+    if spec.kind == VERSIONED_KEY_VALUE:
+        # Versioned stores are never cached: an as-of read must see every version.
+        assert spec.history_retention_ms is not None
+        if store_type == ROCKSDB:
+            return RocksDBVersionedKeyValueStore(spec.name, spec.history_retention_ms)
+        return InMemoryVersionedKeyValueStore(spec.name, spec.history_retention_ms)
     raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
 
 
@@ -72,6 +96,10 @@ def typed_view(spec: StoreSpec, store: StateStore, topic: str | None) -> Any:
         return TypedTimestampedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
     if isinstance(store, WindowStore):
         return TypedWindowStore(store, spec.key_serde, spec.value_serde, topic)
+    if isinstance(store, SessionStore):
+        return TypedSessionStore(store, spec.key_serde, spec.value_serde, topic)
+    if isinstance(store, VersionedKeyValueStore):
+        return TypedVersionedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
     assert isinstance(store, KeyValueStore)
     return TypedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
 
@@ -157,6 +185,39 @@ class Stores:
             store_type=store_type, retention_ms=to_millis(retention, "retention"),
             window_size_ms=to_millis(window_size, "window_size"),
             retain_duplicates=retain_duplicates,
+        )  # fmt: skip
+
+    @staticmethod
+    def session_store_builder(
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        retention: int | timedelta,
+        store_type: str | None = None,
+    ) -> StoreBuilder:
+        """A session store keeping sessions for ``retention`` of stream time past their end."""
+        _check_type(store_type)
+        return StoreBuilder(
+            name=name, kind=SESSION, key_serde=key_serde, value_serde=value_serde,
+            store_type=store_type, retention_ms=to_millis(retention, "retention"),
+        )  # fmt: skip
+
+    @staticmethod
+    def versioned_key_value_store_builder(
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        history_retention: int | timedelta,
+        store_type: str | None = None,
+    ) -> StoreBuilder:
+        """A key-value store keeping each key's history for ``history_retention``."""
+        _check_type(store_type)
+        return StoreBuilder(
+            name=name, kind=VERSIONED_KEY_VALUE, key_serde=key_serde, value_serde=value_serde,
+            store_type=store_type,
+            history_retention_ms=to_millis(history_retention, "history_retention"),
         )  # fmt: skip
 
 

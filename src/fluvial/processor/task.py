@@ -66,6 +66,8 @@ class StreamTask:
         *,
         default_store_type: str | None = None,
         input_partitions: Iterable[TopicPartition] | None = None,
+        global_stores: dict[str, StateStore] | None = None,
+        wall_clock_ms: int | None = None,
     ) -> None:
         self.task_id = TaskId(*task_id)
         self.subtopology = subtopology
@@ -79,7 +81,11 @@ class StreamTask:
         )
         self.metrics = TaskMetrics()
         self.stream_time = -1  # unknown until the first record
-        self.wall_clock_ms = 0
+        # Wall-clock punctuators first fire one interval after the wall-clock time they were
+        # scheduled at. Until a runtime reports the time, schedules count from 0 and are moved
+        # to the first reported time (see _observe_wall_clock).
+        self._wall_clock_known = wall_clock_ms is not None
+        self.wall_clock_ms = 0 if wall_clock_ms is None else wall_clock_ms
         self.commit_requested = False
         self.current = RecordContext(None, None, None, -1)
 
@@ -101,6 +107,8 @@ class StreamTask:
             spec.name: create_store(spec, self.default_store_type, self.cache)
             for spec in subtopology.stores
         }
+        # GlobalKTable stores: owned and updated by the global task, read here.
+        self.global_stores: dict[str, StateStore] = dict(global_stores or {})
         self._typed: dict[str, Any] = {}
         self._nodes: dict[str, LiveNode] = {}
         self._stream_punctuations = PunctuationQueue()
@@ -206,7 +214,7 @@ class StreamTask:
         if not self._initialized:
             self.initialize()
         if wall_clock_ms is not None:
-            self.wall_clock_ms = max(self.wall_clock_ms, wall_clock_ms)
+            self._observe_wall_clock(wall_clock_ms)
         tp = self._choose_partition()
         if tp is None:
             return False
@@ -308,8 +316,15 @@ class StreamTask:
 
     def punctuate_wall_clock(self, now_ms: int) -> bool:
         """Fire due wall-clock punctuators at wall-clock time ``now_ms``."""
-        self.wall_clock_ms = max(self.wall_clock_ms, now_ms)
+        self._observe_wall_clock(now_ms)
         return self._wall_punctuations.fire_due(self.wall_clock_ms, self._punctuate)
+
+    def _observe_wall_clock(self, now_ms: int) -> None:
+        if not self._wall_clock_known:
+            self._wall_clock_known = True
+            self._wall_punctuations.shift(now_ms - self.wall_clock_ms)
+            self.wall_clock_ms = now_ms
+        self.wall_clock_ms = max(self.wall_clock_ms, now_ms)
 
     def _punctuate(self, schedule: PunctuationSchedule, now_ms: int) -> None:
         self.current = RecordContext(None, None, None, now_ms)
@@ -334,6 +349,13 @@ class StreamTask:
     # -- stores -----------------------------------------------------------------------------
     def store_for_processor(self, name: str) -> Any:
         """DSL processors get the bytes store; user processors a typed view."""
+        if name not in self._specs:
+            if name in self.global_stores:
+                return self.global_stores[name]
+            raise StreamsError(
+                f"task {self.task_id} has no store {name!r}: a GlobalKTable's store must be "
+                "passed to every stream task as global_stores (run the global sub-topology first)"
+            )
         spec = self._specs[name]
         store = self.stores[name]
         if spec.internal_format:

@@ -65,11 +65,26 @@ class TopologyTestDriver:
         self.tasks: list[StreamTask] = []
         app = self.config.application_id
         self._changelog_topics = set()
+        # GlobalKTables first: every stream task reads their stores.
+        global_stores: dict[str, StateStore] = {}
+        global_sub = topology.global_subtopology(app)
+        if global_sub is not None:
+            state_dir = None if self._tmp is None else self._tmp / "global"
+            global_task = StreamTask(
+                (-1, 0), global_sub, self.config, state_dir, self,
+                default_store_type=store_type, wall_clock_ms=initial_wall_clock_ms,
+            )  # fmt: skip
+            self.tasks.append(global_task)
+            for topic in global_sub.source_topics:
+                self._task_by_topic[topic] = global_task
+            global_task.initialize()
+            global_stores = dict(global_task.stores)
         for sub in topology.subtopologies(app):
             state_dir = None if self._tmp is None else self._tmp / f"{sub.id}_0"
             task = StreamTask(
-                (sub.id, 0), sub, self.config, state_dir, self, default_store_type=store_type
-            )
+                (sub.id, 0), sub, self.config, state_dir, self, default_store_type=store_type,
+                global_stores=global_stores, wall_clock_ms=initial_wall_clock_ms,
+            )  # fmt: skip
             self.tasks.append(task)
             self._changelog_topics |= set(sub.changelog_topics().values())
             for topic in sub.source_topics:

@@ -34,6 +34,9 @@ class InternalTopologyBuilder:
         self.stores: dict[str, StoreSpec] = {}
         self.internal_topics: dict[str, InternalTopic] = {}
         self.copartition_groups: list[set[str]] = []
+        # GlobalKTables: their nodes run outside every task, their stores are shared by all.
+        self.global_nodes: set[str] = set()
+        self.global_stores: set[str] = set()
         self._problems: list[str] = []
 
     # -- names ------------------------------------------------------------------------------
@@ -118,8 +121,38 @@ class InternalTopologyBuilder:
         if store_name not in node.stores:
             node.stores.append(store_name)
 
-    def add_repartition_topic(self, name: str, num_partitions: int | None = None) -> None:
-        """Register ``<application_id>-<name>`` as a repartition topic (``name`` ends in -repartition)."""
+    def add_global_store(
+        self,
+        spec: StoreSpec,
+        source_name: str,
+        topic: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        processor_name: str,
+        supplier: ProcessorSupplier,
+    ) -> None:
+        """A store filled from every partition of ``topic``, readable by every task.
+
+        The topic is the store's changelog (restoring means re-reading it), so the store has no
+        changelog topic of its own.
+        """
+        self.add_source(source_name, [topic], key_serde, value_serde)
+        self.add_processor(processor_name, supplier, [source_name])
+        self.add_store(spec, processor_name)
+        self.global_nodes |= {source_name, processor_name}
+        self.global_stores.add(spec.name)
+
+    def add_repartition_topic(
+        self,
+        name: str,
+        num_partitions: int | None = None,
+        follows: tuple[str, ...] = (),
+    ) -> None:
+        """Register ``<application_id>-<name>`` as a repartition topic.
+
+        ``follows`` names the topics whose partition count it must take (internal ones
+        unprefixed); by default it follows the inputs of the sub-topology writing it.
+        """
         if name in self.internal_topics:
             self._problems.append(
                 f"repartition topic {name!r} is defined twice: give the groupings or "
@@ -131,6 +164,7 @@ class InternalTopologyBuilder:
             kind=REPARTITION,
             configs={"cleanup.policy": "delete", "retention.ms": "-1"},
             num_partitions=num_partitions,
+            follows=follows,
         )
 
     def copartition(self, *source_names: str) -> None:
@@ -192,4 +226,6 @@ class InternalTopologyBuilder:
             stores=dict(self.stores),
             internal_topics=dict(self.internal_topics),
             copartition_groups=[set(g) for g in self.copartition_groups],
+            global_nodes=set(self.global_nodes),
+            global_stores=set(self.global_stores),
         )

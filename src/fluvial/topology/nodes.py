@@ -59,7 +59,9 @@ class SinkNode(Node):
 KEY_VALUE = "key_value"
 TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
 WINDOW = "window"
-STORE_KINDS = (KEY_VALUE, TIMESTAMPED_KEY_VALUE, WINDOW)
+SESSION = "session"
+VERSIONED_KEY_VALUE = "versioned_key_value"
+STORE_KINDS = (KEY_VALUE, TIMESTAMPED_KEY_VALUE, WINDOW, SESSION, VERSIONED_KEY_VALUE)
 
 IN_MEMORY = "in_memory"
 ROCKSDB = "rocksdb"
@@ -86,6 +88,8 @@ class StoreSpec:
     retention_ms: int | None = None
     window_size_ms: int | None = None
     retain_duplicates: bool = False
+    # Versioned stores: how far back (behind stream time) as-of lookups are answered.
+    history_retention_ms: int | None = None
     # Set for stores that the DSL itself reads and writes as bytes; user stores get typed views.
     internal_format: bool = False
 
@@ -96,8 +100,12 @@ class StoreSpec:
         return f"{application_id}-{self.name}-changelog"
 
     def changelog_configs(self) -> dict[str, str]:
-        """Topic configs the changelog needs: compacted; windows also expire with retention."""
-        if self.kind == WINDOW:
+        """Topic configs the changelog needs: compacted; windows and sessions also expire."""
+        if self.kind in (WINDOW, SESSION):
             retention = (self.retention_ms or 0) + ONE_DAY_MS
             return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+        if self.kind == VERSIONED_KEY_VALUE:
+            # Compaction must not drop older versions while they are still within history.
+            lag = (self.history_retention_ms or 0) + ONE_DAY_MS
+            return {"cleanup.policy": "compact", "min.compaction.lag.ms": str(lag)}
         return {"cleanup.policy": "compact"}

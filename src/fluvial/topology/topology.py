@@ -86,17 +86,26 @@ class Topology:
         stores: dict[str, StoreSpec],
         internal_topics: dict[str, InternalTopic],
         copartition_groups: list[set[str]],
+        global_nodes: set[str] | None = None,
+        global_stores: set[str] | None = None,
     ) -> None:
         self.nodes = nodes
         self.stores = stores
         self._internal_topics = internal_topics
         self._copartition_sources = copartition_groups
+        self.global_nodes = frozenset(global_nodes or ())
+        self.global_stores = frozenset(global_stores or ())
         self._groups = self._make_groups()
 
     # -- structure --------------------------------------------------------------------------
     def _make_groups(self) -> list[list[str]]:
-        """Connected components; numbered from sources sorted by name, as Kafka Streams does."""
-        parent = {name: name for name in self.nodes}
+        """Connected components; numbered from sources sorted by name, as Kafka Streams does.
+
+        Global nodes belong to no sub-topology, and a global store links nothing: every task
+        reads it without owning it.
+        """
+        local = {n: v for n, v in self.nodes.items() if n not in self.global_nodes}
+        parent = {name: name for name in local}
 
         def find(x: str) -> str:
             while parent[x] != x:
@@ -108,21 +117,23 @@ class Topology:
             parent[find(a)] = find(b)
 
         store_users: dict[str, str] = {}
-        for node in self.nodes.values():
+        for node in local.values():
             for child in node.children:
                 union(node.name, child)
             if isinstance(node, ProcessorNode):
                 for store in node.stores:
+                    if store in self.global_stores:
+                        continue
                     if store in store_users:
                         union(node.name, store_users[store])
                     store_users[store] = node.name
-        order: list[str] = sorted(n for n, v in self.nodes.items() if isinstance(v, SourceNode))
-        order += sorted(n for n, v in self.nodes.items() if not isinstance(v, SourceNode))
+        order: list[str] = sorted(n for n, v in local.items() if isinstance(v, SourceNode))
+        order += sorted(n for n, v in local.items() if not isinstance(v, SourceNode))
         roots: dict[str, int] = {}
         for name in order:
             roots.setdefault(find(name), len(roots))
         groups: list[list[str]] = [[] for _ in roots]
-        for name in self.nodes:
+        for name in local:
             groups[roots[find(name)]].append(name)
         return [self._topological(g) for g in groups]
 
@@ -152,7 +163,28 @@ class Topology:
         return [self.subtopology(i, application_id) for i in range(len(self._groups))]
 
     def subtopology(self, subtopology_id: int, application_id: str) -> Subtopology:
-        names = self._groups[subtopology_id]
+        return self._bind(subtopology_id, self._groups[subtopology_id], application_id)
+
+    def global_subtopology(self, application_id: str) -> Subtopology | None:
+        """The GlobalKTable nodes and stores (id -1), or ``None`` without global tables.
+
+        A runtime runs it as one task reading *every* partition of its topics, before the
+        stream tasks start, and hands its stores to every stream task (``global_stores``).
+        """
+        if not self.global_nodes:
+            return None
+        return self._bind(-1, self._topological(sorted(self.global_nodes)), application_id)
+
+    def global_source_topics(self) -> list[str]:
+        """Topics read into GlobalKTables: every partition of them goes to every instance."""
+        return sorted(
+            t
+            for n in self.global_nodes
+            if isinstance(self.nodes[n], SourceNode)
+            for t in self.nodes[n].topics  # type: ignore[attr-defined]
+        )
+
+    def _bind(self, subtopology_id: int, names: list[str], application_id: str) -> Subtopology:
         internal = frozenset(self._internal_topics)
         sources: list[str] = []
         sinks: list[str] = []
@@ -166,6 +198,8 @@ class Topology:
                     sinks.append(node.topic)
             elif isinstance(node, ProcessorNode):
                 store_names += [s for s in node.stores if s not in store_names]
+        if subtopology_id >= 0:  # a global store is the global task's, never a stream task's
+            store_names = [s for s in store_names if s not in self.global_stores]
 
         def resolve(topic: str) -> str:
             return f"{application_id}-{topic}" if topic in internal else topic
@@ -183,12 +217,12 @@ class Topology:
         )
 
     def source_topics(self) -> list[str]:
-        """User topics the application reads (internal topics excluded)."""
+        """User topics the stream tasks read (internal and global-table topics excluded)."""
         return sorted(
             {
                 t
                 for n in self.nodes.values()
-                if isinstance(n, SourceNode)
+                if isinstance(n, SourceNode) and n.name not in self.global_nodes
                 for t in n.topics
                 if t not in self._internal_topics
             }
@@ -217,13 +251,14 @@ class Topology:
                 if isinstance(node, SinkNode) and node.topic in self._internal_topics:
                     topic = self._internal_topics[node.topic]
                     if all(t.name != topic.full_name(application_id) for t in out):
+                        follows = self._follows(topic, application_id)
                         out.append(
                             InternalTopic(
                                 name=topic.full_name(application_id),
                                 kind=topic.kind,
                                 configs=dict(topic.configs),
                                 num_partitions=topic.num_partitions,
-                                follows=tuple(user_sources[sub_id]),
+                                follows=follows or tuple(user_sources[sub_id]),
                             )
                         )
             sub = self.subtopology(sub_id, application_id)
@@ -239,6 +274,38 @@ class Topology:
                         )
                     )
         return out
+
+    def _follows(self, topic: InternalTopic, application_id: str) -> tuple[str, ...]:
+        """Topics an internal topic takes its partition count from, when not its writer's inputs.
+
+        Explicit ``follows`` win (foreign-key join topics follow the table they are joined
+        with). Otherwise a repartition topic joined with other topics follows the joined topics
+        that are not repartition topics, so that the join's inputs come out co-partitioned, as
+        Kafka Streams' co-partitioning enforcement does.
+        """
+
+        def full(t: str) -> str:
+            return f"{application_id}-{t}" if t in self._internal_topics else t
+
+        if topic.follows:
+            return tuple(full(t) for t in topic.follows)
+        for group in self._copartition_topics():
+            if topic.name in group:
+                others = sorted(t for t in group if t not in self._internal_topics)
+                if others:
+                    return tuple(others)
+        return ()
+
+    def _copartition_topics(self) -> list[set[str]]:
+        groups = []
+        for sources in self._copartition_sources:
+            topics: set[str] = set()
+            for source in sources:
+                node = self.nodes[source]
+                assert isinstance(node, SourceNode)
+                topics |= set(node.topics)
+            groups.append(topics)
+        return groups
 
     def _upstream_user_sources(self) -> list[list[str]]:
         """Per sub-topology, the user topics that feed it, directly or via repartition topics."""
@@ -273,18 +340,10 @@ class Topology:
 
     def copartition_groups(self, application_id: str) -> list[set[str]]:
         """Sets of topics that must have equal partition counts (join inputs)."""
-        groups = []
-        for sources in self._copartition_sources:
-            topics: set[str] = set()
-            for source in sources:
-                node = self.nodes[source]
-                assert isinstance(node, SourceNode)
-                topics |= {
-                    f"{application_id}-{t}" if t in self._internal_topics else t
-                    for t in node.topics
-                }
-            groups.append(topics)
-        return groups
+        return [
+            {f"{application_id}-{t}" if t in self._internal_topics else t for t in group}
+            for group in self._copartition_topics()
+        ]
 
     def describe(self, application_id: str | None = None):  # noqa: ANN201 - see describe.py
         """A printable :class:`~fluvial.topology.describe.TopologyDescription`.
