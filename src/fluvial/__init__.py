@@ -1,8 +1,6 @@
 """fluvial: Kafka Streams' design for Python — revisions, grace periods and exactly-once.
 
 The public names users need are importable from here; see ``shared/API.md``.
-``SlidingWindows``, ``SessionWindows`` and ``JoinWindows`` arrive with the joins and windows
-work (issue 4) and are not exported until they exist.
 """
 
 from fluvial import serdes
@@ -12,13 +10,17 @@ from fluvial.dsl import (
     BufferConfig,
     Consumed,
     EmitStrategy,
+    GlobalKTable,
     Grouped,
+    JoinWindows,
     KStream,
     KTable,
     Materialized,
     Named,
     Produced,
     Repartitioned,
+    SessionWindows,
+    SlidingWindows,
     StreamsBuilder,
     Suppressed,
     TimeWindows,
@@ -34,7 +36,9 @@ __all__ = [
     "BufferConfig",
     "Consumed",
     "EmitStrategy",
+    "GlobalKTable",
     "Grouped",
+    "JoinWindows",
     "KStream",
     "KTable",
     "KeyValue",
@@ -46,6 +50,8 @@ __all__ = [
     "PunctuationType",
     "Record",
     "Repartitioned",
+    "SessionWindows",
+    "SlidingWindows",
     "Stores",
     "StreamsBuilder",
     "StreamsConfig",

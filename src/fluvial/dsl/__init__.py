@@ -2,6 +2,7 @@
 
 from fluvial.dsl.builder import StreamsBuilder
 from fluvial.dsl.change import Change
+from fluvial.dsl.global_table import GlobalKTable
 from fluvial.dsl.grouped import KGroupedStream, TimeWindowedKStream
 from fluvial.dsl.kstream import Branched, BranchedKStream, KStream
 from fluvial.dsl.ktable import KGroupedTable, KTable
@@ -14,7 +15,7 @@ from fluvial.dsl.options import (
     Repartitioned,
 )
 from fluvial.dsl.suppressed import BufferConfig, EmitStrategy, Suppressed
-from fluvial.dsl.windows import TimeWindows
+from fluvial.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
 __all__ = [
     "Branched",
@@ -23,7 +24,9 @@ __all__ = [
     "Change",
     "Consumed",
     "EmitStrategy",
+    "GlobalKTable",
     "Grouped",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -32,6 +35,8 @@ __all__ = [
     "Named",
     "Produced",
     "Repartitioned",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamsBuilder",
     "Suppressed",
     "TimeWindowedKStream",
