@@ -8,7 +8,7 @@ named after the grouping (``Grouped.as_``) or, failing that, after the store.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from fluvial import serdes
 from fluvial.dsl import graph
@@ -16,14 +16,18 @@ from fluvial.dsl.aggregate import StreamAggregateProcessor, WindowedAggregatePro
 from fluvial.dsl.getters import store_getter
 from fluvial.dsl.kstream import NamedArg, named_value
 from fluvial.dsl.options import Materialized
+from fluvial.dsl.sliding import SlidingWindowAggregateProcessor
 from fluvial.dsl.suppressed import EmitStrategy
-from fluvial.dsl.windows import TimeWindows
+from fluvial.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from fluvial.serdes import Serde
+from fluvial.topology.builder import InternalTopologyBuilder
 from fluvial.topology.nodes import WINDOW, StoreSpec
 
 if TYPE_CHECKING:
+    from fluvial.dsl.cogroup import CogroupedKStream
     from fluvial.dsl.kstream import KStream
     from fluvial.dsl.ktable import KTable
+    from fluvial.dsl.session import SessionWindowedKStream
 
 AGGREGATE = "KSTREAM-AGGREGATE-"
 REDUCE = "KSTREAM-REDUCE-"
@@ -71,14 +75,33 @@ class KGroupedStream:
         m = materialized or Materialized()
         return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
 
-    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream:
-        """Aggregate per time window; see :class:`~fluvial.TimeWindows`."""
-        if not isinstance(windows, TimeWindows):
+    @overload
+    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedKStream: ...
+
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream: ...
+
+    def windowed_by(
+        self, windows: TimeWindows | SlidingWindows | SessionWindows
+    ) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per window: :class:`~fluvial.TimeWindows`, :class:`~fluvial.SlidingWindows`
+        or :class:`~fluvial.SessionWindows`."""
+        if isinstance(windows, SessionWindows):
+            from fluvial.dsl.session import SessionWindowedKStream
+
+            return SessionWindowedKStream(self, windows)
+        if not isinstance(windows, TimeWindows | SlidingWindows):
             raise TypeError(
-                f"windowed_by takes TimeWindows here, got {type(windows).__name__}; sliding and "
-                "session windows are not implemented yet"
+                f"windowed_by takes TimeWindows, SlidingWindows or SessionWindows, got "
+                f"{type(windows).__name__}"
             )
         return TimeWindowedKStream(self, windows, EmitStrategy.on_window_update())
+
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+        """Start aggregating several grouped streams into one table; see :class:`CogroupedKStream`."""
+        from fluvial.dsl.cogroup import CogroupedKStream
+
+        return CogroupedKStream(self).cogroup(self, aggregator)
 
     def _aggregate(
         self,
@@ -109,10 +132,14 @@ class KGroupedStream:
 
 
 class TimeWindowedKStream:
-    """A grouped stream cut into time windows; aggregations return a table keyed by ``Windowed``."""
+    """A grouped stream cut into time (or sliding) windows; aggregations return a table keyed by
+    ``Windowed``."""
 
     def __init__(
-        self, grouped: KGroupedStream, windows: TimeWindows, emit_strategy: EmitStrategy
+        self,
+        grouped: KGroupedStream,
+        windows: TimeWindows | SlidingWindows,
+        emit_strategy: EmitStrategy,
     ) -> None:
         self._grouped = grouped
         self._windows = windows
@@ -169,20 +196,16 @@ class TimeWindowedKStream:
         parent = stream._repartition_if_required(self._grouped._grouped_name, store)
         key_serde = m.key_serde or stream.key_serde
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
-        minimum = windows.size_ms + windows.grace_ms
-        retention = m.retention_ms if m.retention_ms is not None else minimum
-        if retention < minimum:
-            itb._problems.append(
-                f"store {store!r}: retention {retention} ms is shorter than window size + grace "
-                f"({minimum} ms); windows would vanish while still open: raise with_retention(...)"
-            )
-            retention = minimum
+        retention = window_retention(itb, store, windows, m)
         on_close = self._emit.on_close
+        processor = (
+            SlidingWindowAggregateProcessor
+            if isinstance(windows, SlidingWindows)
+            else WindowedAggregateProcessor
+        )
         itb.add_processor(
             name,
-            lambda: WindowedAggregateProcessor(
-                store, windows, k, v, initializer, aggregator, on_close
-            ),
+            lambda: processor(store, windows, k, v, initializer, aggregator, on_close),
             [parent],
         )
         itb.add_store(
@@ -201,10 +224,32 @@ class TimeWindowedKStream:
             ),
             name,
         )
-        windowed_key = (
-            None if key_serde is None else serdes.time_windowed(key_serde, windows.size_ms)
-        )
+        windowed_key = None if key_serde is None else windows.windowed_key_serde(key_serde)
         return KTable(
             stream._builder, name, windowed_key, value_serde, store_name=store,
             windows=windows, inner_key_serde=key_serde,
         )  # fmt: skip
+
+
+def window_retention(
+    itb: InternalTopologyBuilder,
+    store: str,
+    windows: TimeWindows | SlidingWindows,
+    m: Materialized,
+) -> int:
+    """How long the window store keeps windows: the user's choice, at least size + grace.
+
+    Sliding windows also read neighbouring windows (up to twice the time difference back) to
+    build new ones, so their store keeps those as long as a record may still need them.
+    """
+    minimum = windows.size_ms + windows.grace_ms
+    retention = m.retention_ms if m.retention_ms is not None else minimum
+    if retention < minimum:
+        itb._problems.append(
+            f"store {store!r}: retention {retention} ms is shorter than window size + grace "
+            f"({minimum} ms); windows would vanish while still open: raise with_retention(...)"
+        )
+        retention = minimum
+    if isinstance(windows, SlidingWindows):
+        retention = max(retention, 3 * windows.size_ms + windows.grace_ms + 1)
+    return retention
