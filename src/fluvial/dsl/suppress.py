@@ -115,6 +115,10 @@ class SuppressProcessor(Processor[Any, Any]):
         change = self.change_serde.deserialize(None, raw[_HEADER.size :])
         assert change is not None
         self.store.put(key_bytes, None, timestamp)
+        if self.final_results and change.new_value is None:
+            # A window deleted before it closed (a session replaced by a merge) never had a
+            # final result, so downstream has nothing to delete.
+            return
         emit(self.context, self.key_serde.deserialize(None, key_bytes), change, timestamp)
         self.context.metrics.increment(SUPPRESSION_EMITS)
 

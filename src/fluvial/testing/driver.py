@@ -24,7 +24,13 @@ from fluvial.processor.task import StreamTask
 from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.state.base import StateStore, WindowStore
-from fluvial.state.typed import ReadOnlyKeyValueStore
+from fluvial.state.session import SessionStore
+from fluvial.state.typed import (
+    ReadOnlyKeyValueStore,
+    TypedSessionStore,
+    TypedVersionedKeyValueStore,
+)
+from fluvial.state.versioned import VersionedKeyValueStore
 from fluvial.testing.topics import TestInputTopic, TestOutputTopic
 from fluvial.testing.views import ReadOnlyWindowStore
 from fluvial.topology.nodes import IN_MEMORY, ROCKSDB, StoreSpec
@@ -201,8 +207,11 @@ class TopologyTestDriver:
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueStore[Any, Any]:
         """Read-only view of a key-value store, plain values (see ``get_with_timestamp``)."""
         spec, store, topic = self._find_store(name)
-        if isinstance(store, WindowStore):
-            raise TypeError(f"store {name!r} is a window store: use get_window_store")
+        if isinstance(store, WindowStore | SessionStore | VersionedKeyValueStore):
+            raise TypeError(
+                f"store {name!r} is a {type(store).__name__}: use get_window_store, "
+                "get_session_store or get_versioned_key_value_store"
+            )
         assert spec.key_serde is not None and spec.value_serde is not None
         inner: Any = store
         return ReadOnlyKeyValueStore(inner, spec.key_serde, spec.value_serde, topic)
@@ -215,6 +224,22 @@ class TopologyTestDriver:
             raise TypeError(f"store {name!r} is not a window store: use get_key_value_store")
         assert spec.key_serde is not None and spec.value_serde is not None
         return ReadOnlyWindowStore(store, spec.key_serde, spec.value_serde, spec.internal_format)
+
+    def get_session_store(self, name: str) -> TypedSessionStore[Any, Any]:
+        """Sessions of a session store as ``(Windowed key, value)``; for reading only."""
+        spec, store, topic = self._find_store(name)
+        if not isinstance(store, SessionStore):
+            raise TypeError(f"store {name!r} is not a session store")
+        assert spec.key_serde is not None and spec.value_serde is not None
+        return TypedSessionStore(store, spec.key_serde, spec.value_serde, topic)
+
+    def get_versioned_key_value_store(self, name: str) -> TypedVersionedKeyValueStore[Any, Any]:
+        """A versioned store: ``get(key)`` and ``get(key, as_of_timestamp_ms)``; for reading only."""
+        spec, store, topic = self._find_store(name)
+        if not isinstance(store, VersionedKeyValueStore):
+            raise TypeError(f"store {name!r} is not a versioned store")
+        assert spec.key_serde is not None and spec.value_serde is not None
+        return TypedVersionedKeyValueStore(store, spec.key_serde, spec.value_serde, topic)
 
     def get_state_store(self, name: str) -> StateStore:
         """The task's bytes-level store itself (for store-level assertions)."""

@@ -1,0 +1,198 @@
+"""Session-window aggregation: one window per burst of a key's activity.
+
+A record at ``t`` joins every session of its key that ends no earlier than ``t - gap`` and starts
+no later than ``t + gap``. All of them, and the record, become one session: its aggregate merges
+the old aggregates (``merger``) and then adds the record (``aggregator``). Sessions that the merge
+replaces are deleted, and each deletion is forwarded as a tombstone for that session's key, so
+downstream tables drop them. A merged session is accepted while its (inclusive) end is at least
+``stream_time - grace``; otherwise the record is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fluvial import serdes
+from fluvial.dsl import graph
+from fluvial.dsl.change import Change
+from fluvial.dsl.forwarding import emit
+from fluvial.dsl.kstream import NamedArg, named_value
+from fluvial.dsl.options import Materialized
+from fluvial.dsl.windows import SessionWindows
+from fluvial.processor.api import Processor
+from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.records import Record, Window, Windowed
+from fluvial.serdes import Serde
+from fluvial.topology.nodes import SESSION, StoreSpec
+
+if TYPE_CHECKING:
+    from fluvial.dsl.grouped import KGroupedStream
+    from fluvial.dsl.ktable import KTable
+
+log = logging.getLogger(__name__)
+
+Merger = Callable[[Any, Any, Any], Any]  # (key, aggregate one, aggregate two) -> aggregate
+
+
+class SessionWindowAggregateProcessor(Processor[Any, Any]):
+    """count/reduce/aggregate per session; ``initializer`` None means reduce."""
+
+    def __init__(
+        self,
+        store_name: str,
+        windows: SessionWindows,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Merger,
+    ) -> None:
+        self.store_name = store_name
+        self.windows = windows
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.merger = merger
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None or record.value is None:
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        t, gap = record.timestamp_ms, self.windows.inactivity_gap_ms
+        close_time = self.context.current_stream_time_ms() - self.windows.grace_ms
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
+        overlapping = list(self.store.find_sessions(key_bytes, t - gap, t + gap))
+        start = min([t] + [s.start_ms for s in overlapping])
+        end = max([t] + [s.end_ms for s in overlapping])
+        if end < close_time:
+            log.debug("dropping record at %d: its session [%d, %d] is closed", t, start, end)
+            self.context.metrics.increment(DROPPED_RECORDS)
+            return
+        aggregate = None if self.initializer is None else self.initializer()
+        have_aggregate = self.initializer is not None
+        old = None
+        for session in overlapping:
+            value = self.value_serde.deserialize(None, session.value)
+            aggregate = self.merger(record.key, aggregate, value) if have_aggregate else value
+            have_aggregate = True
+            if (session.start_ms, session.end_ms) == (start, end):
+                old = value  # the record fell inside this session: it is updated, not replaced
+                continue
+            self.store.remove(key_bytes, session.start_ms, session.end_ms)
+            replaced = Windowed(record.key, Window(session.start_ms, session.end_ms))
+            emit(self.context, replaced, Change(None, value), session.end_ms)
+        if have_aggregate:
+            aggregate = self.aggregator(record.key, record.value, aggregate)
+        else:
+            aggregate = record.value  # reduce: the first value is the aggregate
+        self.store.put(key_bytes, start, end, self.value_serde.serialize(None, aggregate), end)
+        merged = Windowed(record.key, Window(start, end))
+        emit(self.context, merged, Change(aggregate, old), end)
+
+
+class SessionWindowedKStream:
+    """A grouped stream cut into sessions; aggregations return a table keyed by ``Windowed``
+    session keys (both window bounds inclusive)."""
+
+    def __init__(self, grouped: KGroupedStream, windows: SessionWindows) -> None:
+        self._grouped = grouped
+        self._windows = windows
+
+    def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        m = materialized or Materialized()
+        return self._aggregate(
+            lambda: 0, lambda k, v, n: n + 1, lambda k, a, b: a + b, named, m,
+            m.value_serde or serdes.long(),
+        )  # fmt: skip
+
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``reducer(aggregate, value)``; merging sessions reduces their aggregates too."""
+        m = materialized or Materialized()
+        return self._aggregate(
+            None, lambda k, v, agg: reducer(agg, v), lambda k, a, b: reducer(a, b), named, m,
+            m.value_serde or self._grouped._stream.value_serde,
+        )  # fmt: skip
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Merger,
+        named: NamedArg = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)``; ``merger(key, agg1, agg2)`` joins sessions."""
+        m = materialized or Materialized()
+        return self._aggregate(initializer, aggregator, merger, named, m, m.value_serde)
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Merger,
+        named: NamedArg,
+        m: Materialized,
+        value_serde: Serde[Any] | None,
+    ) -> KTable:
+        from fluvial.dsl.ktable import KTable
+
+        stream = self._grouped._stream
+        itb = stream._itb
+        windows = self._windows
+        prefix = "KSTREAM-AGGREGATE-" if initializer is not None else "KSTREAM-REDUCE-"
+        store = graph.store_name(itb, m, prefix)
+        name = named_value(named) or itb.new_processor_name(prefix)
+        parent = stream._repartition_if_required(self._grouped._grouped_name, store)
+        key_serde = m.key_serde or stream.key_serde
+        k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        itb.add_processor(
+            name,
+            lambda: SessionWindowAggregateProcessor(
+                store, windows, k, v, initializer, aggregator, merger
+            ),
+            [parent],
+        )
+        itb.add_store(session_store_spec(itb, store, windows, m, k, v), name)
+        windowed_key = None if key_serde is None else serdes.session_windowed(key_serde)
+        return KTable(
+            stream._builder, name, windowed_key, value_serde, store_name=store,
+            windows=windows, inner_key_serde=key_serde,
+        )  # fmt: skip
+
+
+def session_store_spec(
+    itb: Any,
+    store: str,
+    windows: SessionWindows,
+    m: Materialized,
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+) -> StoreSpec:
+    """Sessions are kept while a late record could still merge into them: gap + grace."""
+    minimum = windows.inactivity_gap_ms + windows.grace_ms
+    retention = m.retention_ms if m.retention_ms is not None else minimum
+    if retention < minimum:
+        itb._problems.append(
+            f"store {store!r}: retention {retention} ms is shorter than inactivity gap + grace "
+            f"({minimum} ms); sessions would vanish while still mergeable: raise with_retention"
+        )
+        retention = minimum
+    return StoreSpec(
+        name=store, kind=SESSION, key_serde=key_serde, value_serde=value_serde,
+        store_type=m.store_type, caching_enabled=False, logging_enabled=m.logging_enabled,
+        # One more: the store expires a session when its end is *at* stream time - retention.
+        retention_ms=retention + 1, internal_format=True,
+    )  # fmt: skip
