@@ -101,7 +101,7 @@ class KGroupedStream:
         """Start aggregating several grouped streams into one table; see :class:`CogroupedKStream`."""
         from fluvial.dsl.cogroup import CogroupedKStream
 
-        return CogroupedKStream(self).cogroup(self, aggregator)
+        return CogroupedKStream(self, ((self, aggregator),))
 
     def _aggregate(
         self,
