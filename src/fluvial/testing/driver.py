@@ -67,6 +67,7 @@ class TopologyTestDriver:
         self._outputs: dict[str, deque[RawRecord]] = {}
         self._changelogs: dict[str, list[RawRecord]] = {}
         self._offsets: dict[str, int] = {}
+        self._sent = 0  # records the tasks sent, so commit() knows when flushing settled
         self._task_by_topic: dict[str, StreamTask] = {}
         self.tasks: list[StreamTask] = []
         app = self.config.application_id
@@ -110,6 +111,7 @@ class TopologyTestDriver:
         headers: Headers,
         partition: int | None,
     ) -> None:
+        self._sent += 1
         offset = self._next_offset(topic)
         raw: RawRecord = Record(key, value, timestamp_ms, headers, topic, 0, offset)
         if topic in self._changelog_topics:
@@ -190,10 +192,18 @@ class TopologyTestDriver:
             self.commit()
 
     def commit(self) -> None:
-        """Flush every task's caches and stores, as a commit would, and process what that emits."""
-        for task in self.tasks:  # upstream first: its flush may feed downstream tasks
-            task.flush()
-            self._run_until_idle()
+        """Flush every task's caches and stores, as a commit would, and process what that emits.
+
+        Flushing may feed records to sub-topologies already flushed (a foreign-key join's
+        response comes back to the left side), so rounds repeat until a round sends nothing.
+        """
+        while True:
+            sent_before = self._sent
+            for task in self.tasks:  # upstream first: its flush may feed downstream tasks
+                task.flush()
+                self._run_until_idle()
+            if self._sent == sent_before:
+                return
 
     # -- stores -----------------------------------------------------------------------------
     def _find_store(self, name: str) -> tuple[StoreSpec, StateStore, str | None]:
