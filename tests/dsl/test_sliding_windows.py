@@ -98,3 +98,31 @@ def test_sliding_counts_match_a_brute_force_recount(store_type, seed):
             final[(key, start)] = count
     assert final == oracle(records, d)
     assert metrics.get("dropped-records", 0) == 0
+
+
+def test_in_order_records_count_with_no_grace_and_emit_on_close(store_type):
+    from fluvial import EmitStrategy
+
+    windows = SlidingWindows.of_time_difference_with_no_grace(10)
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=S)
+        .group_by_key()
+        .windowed_by(windows)
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .to("out", value_serde=serdes.long())
+    )
+    with TopologyTestDriver(builder.build(), store_type=store_type) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        out = driver.create_output_topic("out", windows.windowed_key_serde(S), serdes.long())
+        inp.pipe_records([("a", "x", 20), ("a", "x", 25)])
+        got = [(r.key.key, r.key.window.start_ms, r.value) for r in out.read_records()]
+        assert got == [("a", 10, 1)], "[10, 20] ends before 25 - 0: final"
+        inp.pipe_input("z", "x", 30)  # [15, 25] closes; [21, 31] (ends at 31) stays open
+        got = [(r.key.key, r.key.window.start_ms, r.value) for r in out.read_records()]
+        assert got == [("a", 15, 2)]
+        inp.pipe_input("z", "x", 42)
+        got = [(r.key.key, r.key.window.start_ms, r.value) for r in out.read_records()]
+        assert got == [("z", 20, 1), ("a", 21, 1)]

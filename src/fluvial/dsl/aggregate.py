@@ -16,7 +16,7 @@ from typing import Any
 
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
-from fluvial.dsl.windows import TimeWindows
+from fluvial.dsl.windows import SlidingWindows, TimeWindows
 from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.records import Record, Window, Windowed
@@ -80,7 +80,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
     def __init__(
         self,
         store_name: str,
-        windows: TimeWindows,
+        windows: TimeWindows | SlidingWindows,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
         initializer: Initializer | None,
@@ -110,7 +110,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         stream_time = context.current_stream_time_ms()
         if stream_time >= 0:
             # Resumed with a known stream time: windows closed by then were already emitted.
-            self._emitted_up_to = stream_time - self.windows.grace_ms - self.windows.size_ms
+            self._emitted_up_to = self._last_closed_start(stream_time)
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None or record.value is None:
@@ -123,6 +123,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         close_time = stream_time - self.windows.grace_ms
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
+        assert isinstance(self.windows, TimeWindows)  # sliding windows override process()
         for window in self.windows.windows_for(record.timestamp_ms):
             if window.end_ms <= close_time:
                 log.debug(
@@ -150,9 +151,13 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         )
         self.forwarder.maybe_forward(record.key, window, new, old, timestamp)
 
+    def _last_closed_start(self, stream_time: int) -> int:
+        """Windows starting at or before this are closed: ``end <= stream_time - grace``."""
+        return stream_time - self.windows.grace_ms - self.windows.size_ms
+
     def _emit_closed(self, stream_time: int) -> None:
         """Emit each window once, when ``stream_time >= window_end + grace``."""
-        last_closed_start = stream_time - self.windows.grace_ms - self.windows.size_ms
+        last_closed_start = self._last_closed_start(stream_time)
         if last_closed_start <= self._emitted_up_to:
             return
         for key_bytes, start, raw in list(

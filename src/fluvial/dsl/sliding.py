@@ -14,7 +14,8 @@ existing window that holds exactly the same records:
   ``t`` without ending at it, taken before ``t`` is added, when it holds a record after ``t``;
 - the previous record's right window, if missing, holds only the new record.
 
-A record updates only windows still open (``end > stream_time - grace``); a record none of whose
+The end is inclusive, so a window stays open while ``end >= stream_time - grace`` (a record at
+``end`` may still arrive then). A record updates only open windows; a record none of whose
 windows is open is dropped and counted.
 """
 
@@ -44,7 +45,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
         stream_time = self.context.current_stream_time_ms()
         self.close_time = stream_time - self.windows.grace_ms
         t = record.timestamp_ms
-        if t + d <= self.close_time:
+        if t + d < self.close_time:
             log.debug("dropping record at %d: every window containing it closed", t)
             self.context.metrics.increment(DROPPED_RECORDS)
             return
@@ -118,7 +119,11 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
 
     # -- window writes ----------------------------------------------------------------------
     def _open(self, start: int) -> bool:
-        return start + self.windows.size_ms > self.close_time
+        return start + self.windows.size_ms >= self.close_time
+
+    def _last_closed_start(self, stream_time: int) -> int:
+        # Inclusive ends: a window closes once its end is *before* stream time - grace.
+        return super()._last_closed_start(stream_time) - 1
 
     def _add(self, start: int, existing: Aggregate | None) -> None:
         """Add the current record to the window at ``start`` (``existing`` None: a new window)."""
