@@ -156,3 +156,13 @@ def test_reading_one_topic_as_stream_and_global_table_is_rejected():
     builder.global_table("t")
     with pytest.raises(TopologyError, match="read by two sources"):
         builder.build()
+
+
+def test_describe_lists_the_global_store_apart_from_task_sub_topologies():
+    topology = global_topology(left=False)
+    described = topology.describe()
+    assert topology.subtopology_count == 1
+    subs = described.to_dict()["subtopologies"]
+    assert [s["global"] for s in subs] == [False, True]
+    assert "Sub-topology: 1 for global store (will not generate tasks)" in str(described)
+    assert subs[1]["nodes"][0]["topics"] == ["products"]

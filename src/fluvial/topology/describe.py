@@ -29,6 +29,21 @@ class NodeDescription:
 class SubtopologyDescription:
     id: int
     nodes: tuple[NodeDescription, ...]
+    is_global: bool = False
+
+
+def _describe(topology: Topology, name: str, show: Any) -> NodeDescription:
+    node = topology.nodes[name]
+    topics: tuple[str, ...]
+    stores: tuple[str, ...]
+    if isinstance(node, SourceNode):
+        kind, topics, stores = "source", tuple(show(t) for t in node.topics), ()
+    elif isinstance(node, SinkNode):
+        kind, topics, stores = "sink", (show(node.topic),), ()
+    else:
+        assert isinstance(node, ProcessorNode)
+        kind, topics, stores = "processor", (), tuple(node.stores)
+    return NodeDescription(kind, name, topics, stores, tuple(node.parents), tuple(node.children))
 
 
 @dataclass(frozen=True)
@@ -44,24 +59,13 @@ class TopologyDescription:
             def show(topic: str, sub: Any = sub) -> str:
                 return sub.resolve(topic) if application_id else topic
 
-            nodes = []
-            topics: tuple[str, ...]
-            stores: tuple[str, ...]
-            for name in sub.node_names:
-                node = topology.nodes[name]
-                if isinstance(node, SourceNode):
-                    kind, topics, stores = "source", tuple(show(t) for t in node.topics), ()
-                elif isinstance(node, SinkNode):
-                    kind, topics, stores = "sink", (show(node.topic),), ()
-                else:
-                    assert isinstance(node, ProcessorNode)
-                    kind, topics, stores = "processor", (), tuple(node.stores)
-                nodes.append(
-                    NodeDescription(
-                        kind, name, topics, stores, tuple(node.parents), tuple(node.children)
-                    )
-                )
+            nodes = [_describe(topology, name, show) for name in sub.node_names]
             subs.append(SubtopologyDescription(sub_id, tuple(nodes)))
+        global_sub = topology.global_subtopology(application_id or "")
+        if global_sub is not None:
+            # Kafka Streams numbers the global stores' sub-topology after the others.
+            nodes = [_describe(topology, name, lambda t: t) for name in global_sub.node_names]
+            subs.append(SubtopologyDescription(len(subs), tuple(nodes), is_global=True))
         return cls(tuple(subs))
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +73,7 @@ class TopologyDescription:
             "subtopologies": [
                 {
                     "id": s.id,
+                    "global": s.is_global,
                     "nodes": [
                         {
                             "kind": n.kind,
@@ -88,7 +93,8 @@ class TopologyDescription:
     def __str__(self) -> str:
         lines = ["Topologies:"]
         for sub in self.subtopologies:
-            lines.append(f"   Sub-topology: {sub.id}")
+            suffix = " for global store (will not generate tasks)" if sub.is_global else ""
+            lines.append(f"   Sub-topology: {sub.id}{suffix}")
             for n in sub.nodes:
                 if n.kind == "source":
                     lines.append(f"    Source: {n.name} (topics: [{', '.join(n.topics)}])")
