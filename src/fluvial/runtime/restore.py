@@ -34,7 +34,13 @@ class Restorer:
             self._consumer = Consumer(restore_consumer_settings(self.config))
         return self._consumer
 
-    def restore(self, task: StreamTask, state: TaskState) -> None:
+    def restore(
+        self,
+        task: StreamTask,
+        state: TaskState,
+        limits: dict[tuple[str, int], int] | None = None,
+    ) -> None:
+        """Bring every store of ``task`` up to its changelog's end, or to ``limits`` if given."""
         for store_name, (topic, partition) in task.changelog_partitions().items():
             store = task.stores[store_name]
             consumer = self._client()
@@ -50,13 +56,16 @@ class Restorer:
                 store.init(state.task_dir)
                 start = None
             start = low if start is None else max(start, low)
+            limit = (limits or {}).get((topic, partition))
+            if limit is not None:
+                high = min(high, limit)
             if start >= high:
                 continue
             self.metrics.restore_total += high - start
             restored = self._replay(task, store_name, topic, partition, start, high)
             log.info("restored %d records of %s into %s (task %s)",
                      restored, topic, store_name, task.task_id)  # fmt: skip
-            store.committed_offset = high
+            store.committed_offset = high  # nothing is uncommitted while restoring
             store.flush()
 
     def _replay(

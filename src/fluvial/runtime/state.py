@@ -3,32 +3,75 @@
 Local stores are a cache of their changelogs. Each records the changelog offset it reflects
 (``committed_offset``), so a restart restores only the missing suffix.
 
-Under exactly-once, writes made after the last commit must never survive a crash. A store whose
-task was not closed cleanly since its last commit is marked dirty on disk (``.eos-dirty``); the
-next start wipes such stores and restores them from the changelog, which only holds committed
-records.
+Writes made after the last commit must never survive a crash: under exactly-once they would
+double-count, and under at-least-once they would put the store ahead of the input offsets it is
+replayed from. Persistent stores therefore get a transactional layer under their caches: writes stay in a bounded
+in-memory buffer (their changelog records already go into the open Kafka transaction) and reach
+RocksDB, in one batch together with the changelog offset, only once that transaction committed.
+After a crash the store on disk is exactly the last commit, and recovery replays only the
+changelog suffix since then, however large the state.
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from fluvial.errors import StreamsError
 from fluvial.processor.task import StreamTask
+from fluvial.state.base import KeyValueStore, StateStore, WindowStore
+from fluvial.state.session import SessionStore
+from fluvial.state.transactional import (
+    TransactionalKeyValueStore,
+    TransactionalStore,
+    TransactionalVersionedKeyValueStore,
+    find_transactional,
+)
+from fluvial.state.transactional_windowed import TransactionalSessionStore, TransactionalWindowStore
+from fluvial.state.versioned import VersionedKeyValueStore
 
-DIRTY_MARKER = ".eos-dirty"
+
+def _transactional(store: StateStore) -> StateStore:
+    # Versioned before key-value: a versioned store may also satisfy the key-value contract.
+    if isinstance(store, VersionedKeyValueStore):
+        return TransactionalVersionedKeyValueStore(store)
+    if isinstance(store, WindowStore):
+        return TransactionalWindowStore(store)
+    if isinstance(store, SessionStore):
+        return TransactionalSessionStore(store)
+    if isinstance(store, KeyValueStore):
+        return TransactionalKeyValueStore(store)
+    raise StreamsError(
+        f"store {store.name!r} of type {type(store).__name__} has no transactional layer"
+    )
+
+
+def make_transactional(store: StateStore) -> StateStore:
+    """Put a transactional layer right above the bottom (bytes) store of a wrapper chain.
+
+    Caches and timestamped views sit above it, so a cache flush writes into the buffer.
+    """
+    parent: Any = None
+    node: Any = store
+    while "inner" in node.__dict__:
+        parent, node = node, node.inner
+    if isinstance(node, TransactionalStore) or not node.persistent:
+        return store
+    layer = _transactional(node)
+    if parent is None:
+        return layer
+    parent.inner = layer
+    return store
 
 
 class TaskState:
-    def __init__(self, task: StreamTask, task_dir: Path, exactly_once: bool) -> None:
+    def __init__(self, task: StreamTask, task_dir: Path) -> None:
         self.task = task
         self.task_dir = task_dir
-        self.exactly_once = exactly_once
-        self.wiped = False
         self._lock: IO[str] | None = None
+        for name, store in list(task.stores.items()):
+            task.stores[name] = make_transactional(store)
 
     def open(self) -> None:
         self.task_dir.mkdir(parents=True, exist_ok=True)
@@ -41,38 +84,29 @@ class TaskState:
                 "process: two instances must not share a state_dir for the same task"
             ) from None
         self.task.open_stores()
-        marker = self.task_dir / DIRTY_MARKER
-        if self.exactly_once and marker.exists():
-            # The last run died between commits: its stores may hold uncommitted writes.
-            for store in self.task.stores.values():
-                if store.persistent:
-                    store.destroy()
-                    store.init(self.task_dir)
-            self.wiped = True
-        if self.exactly_once:
-            marker.touch()
-            _fsync_dir(self.task_dir)
 
     def committed(self, changelog_end: dict[tuple[str, int], int]) -> None:
-        """Record, in every store, the changelog offset the committed state reaches."""
-        for name, tp in self.task.changelog_partitions().items():
-            last = changelog_end.get(tp)
-            if last is not None:
-                self.task.stores[name].committed_offset = last + 1
-        for store in self.task.stores.values():
+        """The Kafka transaction (or ALOS commit) succeeded: make the local state match it."""
+        partitions = self.task.changelog_partitions()
+        for name, store in self.task.stores.items():
+            tp = partitions.get(name)
+            last = changelog_end.get(tp) if tp is not None else None
+            offset = last + 1 if last is not None else store.committed_offset
+            layer = find_transactional(store)
+            if layer is not None:
+                layer.commit(offset)  # data and offset land in one write batch
+            else:
+                store.committed_offset = offset
             store.flush()
 
-    def close(self, *, clean: bool) -> None:
-        if clean:
-            (self.task_dir / DIRTY_MARKER).unlink(missing_ok=True)
+    def uncommitted_full(self) -> bool:
+        return any(
+            layer is not None and layer.commit_needed
+            for layer in (find_transactional(s) for s in self.task.stores.values())
+        )
+
+    def close(self) -> None:
+        # Closing a transactional store drops uncommitted writes, as a crash would.
         if self._lock is not None:
             self._lock.close()
             self._lock = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -8,10 +8,12 @@ where and when :meth:`Worker.run_for` is called.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -81,6 +83,7 @@ class Worker:
         self._committed: dict[tuple[str, int], int] = {}
         self._repartition_topics: set[str] = set()
         self._admin: AdminClient | None = None
+        self._changelog_committed: dict[tuple[str, int], int] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -119,8 +122,8 @@ class Worker:
             for topic in subs[task_id.subtopology].source_topics
         )
 
-    def _read_committed(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(topic, partition) -> (committed offset, stream time committed with it)."""
+    def _read_committed(self) -> dict[tuple[str, int], tuple[int, CommitMetadata]]:
+        """(topic, partition) -> (committed offset, what was committed with it)."""
         assert self._consumer is not None
         tps = [TopicPartition(t, p) for t, p in self._all_tps()]
         result = {}
@@ -128,11 +131,11 @@ class Worker:
             if tp.error is not None:
                 raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
             if tp.offset >= 0:
-                result[(tp.topic, tp.partition)] = (tp.offset, _decode_stream_time(tp.metadata))
+                result[(tp.topic, tp.partition)] = (tp.offset, CommitMetadata.decode(tp.metadata))
                 self._committed[(tp.topic, tp.partition)] = tp.offset
         return result
 
-    def _open_tasks(self, committed: dict[tuple[str, int], tuple[int, int]]) -> None:
+    def _open_tasks(self, committed: dict[tuple[str, int], tuple[int, CommitMetadata]]) -> None:
         subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
         restorer = Restorer(self.config, self.metrics)
         try:
@@ -140,12 +143,22 @@ class Worker:
                 task_dir = self.state_root / str(task_id)
                 task = StreamTask(task_id, subs[task_id.subtopology], self.config, task_dir,
                                   self._collector)  # fmt: skip
-                state = TaskState(task, task_dir, self.eos)
+                state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
                 state.open()
-                restorer.restore(task, state)
                 tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
-                stream_time = max((committed[tp][1] for tp in tps if tp in committed), default=-1)
+                metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
+                # Restore up to the changelog offsets committed with the input offsets: under
+                # at-least-once the changelog may run further, with writes of records that
+                # will be processed again.
+                limits = dict(metadata.changelog_ends)
+                if not self.eos and not any(tp in committed for tp in tps):
+                    # Nothing committed yet: every input record will be processed again, so
+                    # no changelog record belongs to the committed state.
+                    limits = {tp: 0 for tp in task.changelog_partitions().values()}
+                restorer.restore(task, state, limits)
+                self._changelog_committed.update(metadata.changelog_ends)
+                stream_time = metadata.stream_time
                 if stream_time >= 0:
                     # Operators that emit on window close must know what was final already.
                     task.resume_stream_time(stream_time)
@@ -166,7 +179,7 @@ class Worker:
             for task in self.tasks.values():
                 task.close()
             for state in self.task_states.values():
-                state.close(clean=clean)
+                state.close()
             self.tasks.clear()
             self.task_states.clear()
             self._task_by_tp.clear()
@@ -260,7 +273,9 @@ class Worker:
 
     def _commit_due(self) -> bool:
         elapsed_ms = (time.monotonic() - self._last_commit) * 1000
-        requested = any(t.commit_requested for t in self.tasks.values())
+        requested = any(t.commit_requested for t in self.tasks.values()) or any(
+            s.uncommitted_full() for s in self.task_states.values()
+        )
         return requested or elapsed_ms >= int(self.config.commit_interval_ms)
 
     # -- the commit cycle -------------------------------------------------------------------
@@ -287,9 +302,13 @@ class Worker:
         for task in self.tasks.values():
             offsets.update(task.committable_offsets())
         changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
-        # The task's stream time rides along in the offset metadata, for the next start.
+        # The task's stream time and changelog offsets ride along in the offset metadata, so
+        # the next start knows the state that belongs with these offsets.
+        self._changelog_committed.update(
+            {tp: last + 1 for tp, last in self._collector.changelog_end.items()}
+        )
         tps = [
-            TopicPartition(t, p, off, metadata=_encode_stream_time(self._task_by_tp[(t, p)]))
+            TopicPartition(t, p, off, metadata=self._metadata(self._task_by_tp[(t, p)]))
             for (t, p), off in sorted(changed.items())
         ]
         self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
@@ -360,6 +379,14 @@ class Worker:
         except Exception as exc:  # purging is housekeeping: never fail processing for it
             log.warning("could not purge repartition records: %s", exc)
 
+    def _metadata(self, task: StreamTask) -> str:
+        ends = {
+            tp: self._changelog_committed[tp]
+            for tp in task.changelog_partitions().values()
+            if tp in self._changelog_committed
+        }
+        return CommitMetadata(task.stream_time, ends).encode()
+
     # -- metrics ----------------------------------------------------------------------------
 
     def _count_send(self, topic: str) -> None:
@@ -398,17 +425,37 @@ def _is_fenced(error: KafkaError) -> bool:
     ) or (error.fatal() and "fenced" in error.str().lower())
 
 
-_STREAM_TIME_PREFIX = "fluvial-stream-time="
+@dataclass(frozen=True)
+class CommitMetadata:
+    """What a task commits with its input offsets: its stream time and changelog end offsets."""
 
+    stream_time: int = -1
+    changelog_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
-def _encode_stream_time(task: StreamTask) -> str:
-    return f"{_STREAM_TIME_PREFIX}{task.stream_time}"
+    PREFIX = "fluvial:"
 
+    def encode(self) -> str:
+        ends = [[t, p, off] for (t, p), off in sorted(self.changelog_ends.items())]
+        return self.PREFIX + json.dumps({"st": self.stream_time, "cl": ends}, separators=(",", ":"))
 
-def _decode_stream_time(metadata: str | None) -> int:
-    if metadata and metadata.startswith(_STREAM_TIME_PREFIX):
+    @classmethod
+    def decode(cls, metadata: str | None) -> CommitMetadata:
+        if not metadata or not metadata.startswith(cls.PREFIX):
+            return cls()
         try:
-            return int(metadata[len(_STREAM_TIME_PREFIX) :])
-        except ValueError:
-            return -1
-    return -1
+            data = json.loads(metadata[len(cls.PREFIX) :])
+            ends = {(t, int(p)): int(off) for t, p, off in data.get("cl", [])}
+            return cls(int(data.get("st", -1)), ends)
+        except (ValueError, TypeError):
+            return cls()
+
+    @classmethod
+    def latest(cls, candidates: Iterable[CommitMetadata]) -> CommitMetadata:
+        """The newest of a task's partitions' metadata (they are committed together)."""
+        best = cls()
+        for candidate in candidates:
+            if candidate.stream_time >= best.stream_time:
+                best = cls(
+                    candidate.stream_time, {**best.changelog_ends, **candidate.changelog_ends}
+                )
+        return best

@@ -1,0 +1,232 @@
+"""Driving ``fluvial run`` as a real process, feeding it input and checking its output.
+
+The oracle recomputes Figure 2's windowed counts straight from the input, applying the same
+grace rule, so every committed revision can be checked against it record by record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fluvial import serdes
+
+APP = Path(__file__).parent / "apps" / "figure2.py"
+WINDOW_MS, GRACE_MS = 5000, 2000
+WINDOW_KEY = serdes.time_windowed(serdes.string(), WINDOW_MS)
+LONG = serdes.long()
+
+
+@dataclass
+class PageView:
+    key: str
+    category: str
+    period: int
+    timestamp_ms: int
+
+    def value(self) -> bytes:
+        return json.dumps({"period": self.period, "category": self.category}).encode()
+
+
+def generate_views(seed: int, count: int, *, start_ms: int = 1_000_000) -> list[PageView]:
+    """Mostly increasing timestamps, some out of order within grace, a few far too late."""
+    rng = random.Random(seed)
+    views = []
+    clock = start_ms
+    for _ in range(count):
+        clock += rng.randint(0, 120)
+        ts = clock
+        roll = rng.random()
+        if roll < 0.15:
+            ts = clock - rng.randint(1, GRACE_MS)  # out of order, usually inside grace
+        elif roll < 0.18:
+            ts = clock - rng.randint(3 * WINDOW_MS, 6 * WINDOW_MS)  # later than grace
+        views.append(
+            PageView(
+                key=f"user-{rng.randint(0, 50)}",
+                category=rng.choice(["news", "sports", "tech", "travel"]),
+                period=rng.choice([10_000, 35_000, 45_000, 60_000]),
+                timestamp_ms=max(0, ts),
+            )
+        )
+    return views
+
+
+def oracle_counts(views: list[PageView]) -> tuple[dict[tuple[str, int], int], int]:
+    """Final count per (category, window start) and the number of late drops.
+
+    Single input partition: stream time is the running maximum in offset order, and a record
+    counts only while ``window_end > stream_time - grace``.
+    """
+    counts: dict[tuple[str, int], int] = defaultdict(int)
+    stream_time = -1
+    dropped = 0
+    for view in views:
+        if view.period < 30000:
+            continue
+        stream_time = max(stream_time, view.timestamp_ms)
+        start = view.timestamp_ms - view.timestamp_ms % WINDOW_MS
+        if start + WINDOW_MS > stream_time - GRACE_MS:
+            counts[(view.category, start)] += 1
+        else:
+            dropped += 1
+    return dict(counts), dropped
+
+
+def produce(bootstrap: str, topic: str, views: list[PageView]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for view in views:
+        producer.produce(topic, key=view.key.encode(), value=view.value(),
+                         timestamp=view.timestamp_ms, partition=0)  # fmt: skip
+    assert producer.flush(30) == 0
+
+
+def read_topic(bootstrap: str, topic: str, *, committed_only: bool = True) -> list:
+    """Every record of a single-partition topic, in offset order, up to its current end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "enable.partition.eof": True,
+        }
+    )
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.assign([TopicPartition(topic, 0, low)])
+    records = []
+    deadline = time.monotonic() + 60
+    done = high <= low
+    while not done and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            if msg.error() is not None:
+                done = msg.error().code() == -191  # _PARTITION_EOF
+                continue
+            records.append(msg)
+            done = msg.offset() >= high - 1
+    consumer.close()
+    return records
+
+
+def read_revisions(bootstrap: str, topic: str) -> list[tuple[tuple[str, int], int]]:
+    out = []
+    for msg in read_topic(bootstrap, topic):
+        windowed = WINDOW_KEY.deserialize(topic, msg.key())
+        out.append(((windowed.key, windowed.window.start_ms), LONG.deserialize(topic, msg.value())))
+    return out
+
+
+def check_revisions_exactly_once(
+    revisions: list[tuple[tuple[str, int], int]], oracle: dict[tuple[str, int], int]
+) -> None:
+    """Caching off, exactly-once: each window's revisions are exactly 1, 2, ..., final."""
+    per_window: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for window, count in revisions:
+        per_window[window].append(count)
+    assert set(per_window) == set(oracle), (
+        f"windows differ: missing {sorted(set(oracle) - set(per_window))[:5]}, "
+        f"extra {sorted(set(per_window) - set(oracle))[:5]}"
+    )
+    for window, counts in per_window.items():
+        assert max(counts) <= oracle[window], f"{window}: a revision exceeds the true count"
+        assert counts == list(range(1, oracle[window] + 1)), (
+            f"{window}: revisions {counts} are not exactly 1..{oracle[window]} "
+            "(a duplicate means a record counted twice, a gap a lost revision)"
+        )
+
+
+@dataclass
+class Runner:
+    """One ``fluvial run`` process for the Figure 2 app."""
+
+    bootstrap: str
+    app_id: str
+    input_topic: str
+    output_topic: str
+    state_dir: Path
+    guarantee: str = "exactly_once_v2"
+    commit_ms: int = 500
+    extra_env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def start(self, *, prometheus_port: int | None = None) -> None:
+        env = {
+            **os.environ,
+            "FLUVIAL_TEST_INPUT": self.input_topic,
+            "FLUVIAL_TEST_OUTPUT": self.output_topic,
+            "FLUVIAL_TEST_APP_ID": self.app_id,
+            "FLUVIAL_TEST_BOOTSTRAP": self.bootstrap,
+            "FLUVIAL_TEST_GUARANTEE": self.guarantee,
+            "FLUVIAL_TEST_COMMIT_MS": str(self.commit_ms),
+            "FLUVIAL_TEST_STATE_DIR": str(self.state_dir),
+            **self.extra_env,
+        }
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local"]
+        if prometheus_port:
+            cmd += ["--prometheus-port", str(prometheus_port)]
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        """Wait until the application runs its tasks (its signal handlers are in place)."""
+        wait_until(
+            lambda: "Ctrl-C commits and stops" in self.output() or self.proc.poll() is not None,
+            timeout_s,
+            "the application to start",
+            interval_s=0.1,
+        )
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.wait_ready()
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log else ""
+
+
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, partition)], timeout=10)
+        return tp.offset
+    finally:
+        consumer.close()
+
+
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
