@@ -1,0 +1,174 @@
+"""Operating an application: crash recovery cost, poison records, and the reset tool."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fluvial.kafka import free_port
+from tests.runtime.harness import (
+    Runner,
+    check_revisions_exactly_once,
+    committed_offset,
+    generate_views,
+    oracle_counts,
+    produce,
+    read_revisions,
+    read_topic,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+STORE = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+
+
+def final_values(revisions):  # noqa: ANN001, ANN201
+    return dict(revisions)
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            metric = name.split("{")[0]
+            values[metric] = values.get(metric, 0.0) + float(value)
+    return values
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offset"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+def test_recovery_restores_only_the_suffix_since_the_last_commit(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    views = generate_views(seed=5, count=4000)
+    oracle, _ = oracle_counts(views)
+    input_topic, output_topic = topic_factory("pageviews"), topic_factory("counts")
+    runner = Runner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
+                    tmp_path / "state", commit_ms=200)  # fmt: skip
+    runner.start()
+    produce(bootstrap_servers, input_topic, views[:3000])
+    wait_until(lambda: len(read_revisions(bootstrap_servers, output_topic)) > 1500, 90,
+               "most of the first input to be processed")  # fmt: skip
+    runner.kill9()  # a crash, most likely with a transaction open
+    changelog = f"{runner.app_id}-{STORE}-changelog"
+    changelog_size = end_offset(bootstrap_servers, changelog)
+
+    port = free_port()
+    runner.start(prometheus_port=port)
+    runner.wait_ready()
+    metrics = scrape(port)
+    produce(bootstrap_servers, input_topic, views[3000:])
+    complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
+    wait_until(complete, 90, "the output to reach the oracle")
+    assert runner.stop() == 0, runner.output()
+
+    restored = metrics["fluvial_worker_restored"]
+    to_restore = metrics["fluvial_worker_restore_total"]
+    # The RocksDB store on disk holds the state of the last commit: only changelog records
+    # written after it (at most one commit interval's worth) are replayed, not the whole log.
+    assert changelog_size > 1000
+    assert to_restore <= 0.1 * changelog_size, (to_restore, changelog_size)
+    assert restored <= to_restore
+    check_revisions_exactly_once(read_revisions(bootstrap_servers, output_topic), oracle)
+
+
+def poison_input(bootstrap: str, topic: str) -> tuple[dict, int]:
+    """Good page views with one undeserializable record in the middle; returns (oracle, offset)."""
+    views = generate_views(seed=9, count=400)
+    produce(bootstrap, topic, views[:200])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=b"user-x", value=b"{not json", timestamp=views[199].timestamp_ms,
+                     partition=0)  # fmt: skip
+    assert producer.flush(10) == 0
+    produce(bootstrap, topic, views[200:])
+    oracle, _ = oracle_counts(views)
+    return oracle, 200
+
+
+def test_poison_record_goes_to_the_dead_letter_topic_and_processing_continues(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    input_topic, output_topic = topic_factory("pageviews"), topic_factory("counts")
+    dead_letters = topic_factory("dlt")
+    oracle, poison_offset = poison_input(bootstrap_servers, input_topic)
+    runner = Runner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
+                    tmp_path / "state",
+                    extra_env={"FLUVIAL_TEST_ON_BAD": "log_and_continue",
+                               "FLUVIAL_TEST_DLT": dead_letters})  # fmt: skip
+    runner.start()
+    complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
+    wait_until(complete, 90, "every good record to be counted")
+    assert runner.stop() == 0, runner.output()
+    [dead] = read_topic(bootstrap_servers, dead_letters)
+    assert dead.value() == b"{not json" and dead.key() == b"user-x"
+    headers = dict(dead.headers())
+    assert f"{input_topic}-0@{poison_offset}".encode() in headers["fluvial.source"]
+    check_revisions_exactly_once(read_revisions(bootstrap_servers, output_topic), oracle)
+
+
+def test_poison_record_with_fail_stops_without_committing_past_it(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    input_topic, output_topic = topic_factory("pageviews"), topic_factory("counts")
+    _oracle, poison_offset = poison_input(bootstrap_servers, input_topic)
+    runner = Runner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
+                    tmp_path / "state")  # fmt: skip
+    runner.start()
+    code = runner.wait(120)
+    assert code == 1, runner.output()
+    assert "cannot deserialize" in runner.output()
+    assert f"{input_topic}-0@{poison_offset}" in runner.output()
+    committed = committed_offset(bootstrap_servers, runner.app_id, input_topic)
+    assert committed <= poison_offset, "nothing at or after the poison record was committed"
+
+
+def test_reset_then_rerun_reproduces_the_final_output(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    views = generate_views(seed=13, count=1200)
+    oracle, _ = oracle_counts(views)
+    input_topic, output_topic = topic_factory("pageviews"), topic_factory("counts")
+    produce(bootstrap_servers, input_topic, views)
+    runner = Runner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
+                    tmp_path / "state")  # fmt: skip
+    runner.start()
+    complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
+    wait_until(complete, 90, "the first run to finish")
+    assert runner.stop() == 0, runner.output()
+    first_run = len(read_revisions(bootstrap_servers, output_topic))
+
+    reset = subprocess.run(
+        [sys.executable, "-m", "fluvial.cli", "reset", runner.app_id,
+         "--bootstrap-servers", bootstrap_servers, "--state-dir", str(runner.state_dir)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert reset.returncode == 0, reset.stderr
+    assert "internal topic(s) deleted" in reset.stderr
+    assert not (runner.state_dir / runner.app_id).exists(), "local state is wiped"
+    assert committed_offset(bootstrap_servers, runner.app_id, input_topic) < 0
+
+    runner.start()
+
+    def rerun_complete() -> bool:
+        again = read_revisions(bootstrap_servers, output_topic)[first_run:]
+        return final_values(again) == oracle
+
+    wait_until(rerun_complete, 90, "the rerun to reproduce the final output")
+    assert runner.stop() == 0, runner.output()
+    rerun = read_revisions(bootstrap_servers, output_topic)[first_run:]
+    check_revisions_exactly_once(rerun, oracle)
