@@ -1,0 +1,176 @@
+"""Building and running the Kafka Streams reference app (``reference/``), and running its fluvial
+twin the same way, so a test can compare their output topics.
+
+Both engines run until their input is fully committed and they have been idle for a moment: the
+reference app decides that itself (see ``ReferenceApp.java``), and :func:`run_fluvial` applies
+the same rule to fluvial's in-process :class:`~fluvial.runtime.Application`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fluvial import StreamsConfig
+from fluvial.jvm import _CENTRAL_ONLY_SETTINGS, java_executable, maven_executable
+from fluvial.runtime import Application
+from fluvial.topology import Topology
+from tests.runtime.harness import committed_offset
+
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
+TARGET = REFERENCE_DIR / "target"
+JAR = TARGET / "fluvial-reference.jar"
+# How long an engine must process nothing, with its input committed, before it counts as done.
+# Repartitioned records become visible one commit (100 ms) later, so 2 s leaves a wide margin.
+IDLE_S = 2.0
+
+
+class ReferenceBuildError(RuntimeError):
+    pass
+
+
+def _sources_digest() -> str:
+    """A hash of the pom and every source file: the jar is rebuilt only when one changes."""
+    digest = hashlib.sha256()
+    files = [REFERENCE_DIR / "pom.xml", *sorted((REFERENCE_DIR / "src").rglob("*"))]
+    for path in files:
+        if path.is_file():
+            digest.update(str(path.relative_to(REFERENCE_DIR)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def build_reference_jar() -> Path:
+    """``mvn -q -B package`` in ``reference/`` unless the jar is up to date; returns the jar.
+
+    A file lock keeps two test sessions from building at once; the second finds the jar built.
+    """
+    java_executable()  # clear errors if Java or Maven is missing
+    mvn = maven_executable()
+    TARGET.mkdir(exist_ok=True)
+    stamp = TARGET / ".sources-sha256"
+    with open(TARGET / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = _sources_digest()
+        if JAR.exists() and stamp.exists() and stamp.read_text() == digest:
+            return JAR
+        cmd = [mvn, "-q", "-B", "-f", str(REFERENCE_DIR / "pom.xml"), "package"]
+        if not (Path.home() / ".m2" / "settings.xml").exists():
+            # As for fluvial's own jars: resolve from Maven Central only, unless the user has
+            # settings of their own.
+            settings = TARGET / "settings.xml"
+            settings.write_text(_CENTRAL_ONLY_SETTINGS)
+            cmd += ["-s", str(settings)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0 or not JAR.exists():
+            output = (result.stdout + result.stderr).strip()
+            raise ReferenceBuildError(
+                f"building the Kafka Streams reference app failed ({' '.join(cmd)}); is Maven "
+                f"Central reachable? Last output:\n{output[-3000:]}"
+            )
+        stamp.write_text(digest)
+    return JAR
+
+
+@dataclass
+class ReferenceRun:
+    """One run of the reference app as a subprocess, its output kept in ``log``."""
+
+    jar: Path
+    topology: str
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    application_id: str
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ReferenceRun:
+        cmd = [
+            java_executable(), "-Xmx384m", "-XX:+UseSerialGC", f"-Dreference.idle.ms={int(IDLE_S * 1000)}",
+            "-jar", str(self.jar),
+            self.topology, self.bootstrap, self.input_topic, self.output_topic, self.application_id,
+        ]  # fmt: skip
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait for the app to finish its input and exit; fail with its log otherwise."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(
+                f"the reference app ({self.topology}) did not finish within {timeout_s:.0f} s:\n"
+                f"{self.output()[-4000:]}"
+            ) from None
+        if code != 0:
+            raise AssertionError(
+                f"the reference app ({self.topology}) exited with {code}:\n{self.output()[-4000:]}"
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reference-offsets"})
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return high
+    finally:
+        consumer.close()
+
+
+def run_fluvial(topology: Topology, config: StreamsConfig, input_topic: str, timeout_s: float):  # noqa: ANN201
+    """Run the topology until its input is committed and it has been idle for ``IDLE_S``.
+
+    The same stopping rule as the reference app's, so both have processed everything the
+    input leads to (repartition topics included) before their outputs are compared.
+    """
+    end = end_offset(config.bootstrap_servers, input_topic)
+    app = Application(topology, config, workers=1)
+    app.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        last_processed, quiet_since = -1, time.monotonic()
+        while time.monotonic() < deadline and not app.errors:
+            time.sleep(0.2)
+            processed = sum(m.records_processed for m in app.metrics())
+            committed = committed_offset(config.bootstrap_servers, config.application_id,
+                                         input_topic) >= end  # fmt: skip
+            if processed != last_processed or not committed:
+                last_processed, quiet_since = processed, time.monotonic()
+            elif time.monotonic() - quiet_since >= IDLE_S:
+                break
+        else:
+            if not app.errors:
+                raise AssertionError(f"fluvial did not finish its input within {timeout_s:.0f} s")
+    finally:
+        app.close()
+    app.raise_if_failed()
+    return app
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[str, str | None, int]]) -> None:
+    """Write ``(key, value, timestamp_ms)`` records, in order, to partition 0; ``None`` values
+    are tombstones."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value, timestamp_ms in records:
+        producer.produce(
+            topic,
+            key=key.encode(),
+            value=None if value is None else value.encode(),
+            timestamp=timestamp_ms,
+            partition=0,
+        )
+    assert producer.flush(30) == 0
