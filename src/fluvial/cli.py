@@ -160,7 +160,9 @@ def describe(
 @app.command("run")
 def run(
     app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
-    engine: Annotated[str, typer.Option(help="local (in this process) or spark")] = "local",
+    engine: Annotated[str, typer.Option(help="spark (the default) or local (in this process)")] = (
+        "spark"
+    ),
     master: Annotated[str, typer.Option(help="Spark master for --engine spark")] = "local[*]",
     guarantee: Annotated[str | None, typer.Option(help="exactly_once_v2 or at_least_once")] = None,
     commit_interval_ms: Annotated[int | None, typer.Option(help="Commit interval (ms)")] = None,
@@ -188,14 +190,20 @@ def run(
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
-        if engine != "local":
-            raise FluvialError(
-                f"engine {engine!r} is not available in this version: use --engine local"
-            )
-        code = run_application(
-            loaded.topology, config, workers=workers, console=console,
-            prometheus_port=prometheus_port, live=not quiet,
-        )  # fmt: skip
+        if engine == "spark":
+            from fluvial.spark.runner import run_spark_application
+
+            code = run_spark_application(
+                app_file, config, master=master, workers=workers, console=console,
+                prometheus_port=prometheus_port, live=not quiet,
+            )  # fmt: skip
+        elif engine == "local":
+            code = run_application(
+                loaded.topology, config, workers=workers, console=console,
+                prometheus_port=prometheus_port, live=not quiet,
+            )  # fmt: skip
+        else:
+            raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")
     except FluvialError as error:
         _fail(error)
     raise typer.Exit(code=code)

@@ -1,0 +1,365 @@
+"""The Spark engine: a fluvial application's slots run as Spark tasks, one lease per Spark job.
+
+The driver does what the local engine's driver does (internal topics, task plan, sticky slot
+assignment, fencing stale slots) and then loops over *leases*: each lease is one Spark job
+with one task per slot, and each task runs its slot's Worker for ``lease_seconds`` and ends on
+a commit (see :mod:`fluvial.spark.slots`). Between leases the driver re-reads the cluster's
+cores, so slots follow executors that come or go, and a lease that failed is simply run again:
+the new attempt fences the old one by the slot's transactional id and resumes from the last
+commit.
+
+The lease RDD is cached, one partition per slot: Spark prefers to run a task where its
+partition's block is cached, so each slot returns to the executor that holds its local state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fluvial.config import StreamsConfig
+from fluvial.errors import ConfigError, StreamsError
+from fluvial.processor.collector import TaskId
+from fluvial.runtime.engine import assign_slots, fence_stale_slots, plan_tasks
+from fluvial.runtime.loader import load_app
+from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
+from fluvial.runtime.topics import ensure_internal_topics
+from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
+from fluvial.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_MS = 10_000
+LEASE_MS_ENV = "FLUVIAL_SPARK_LEASE_MS"
+SPARK_CONF_ENV = "FLUVIAL_SPARK_CONF"
+# Attempts per slot task on local masters: local[N] alone means "never retry".
+LOCAL_TASK_ATTEMPTS = 4
+MAX_FAILED_LEASES = 5
+
+
+class SpeculationError(ConfigError):
+    pass
+
+
+def check_no_speculation(conf: dict[str, str]) -> None:
+    """Refuse speculative execution: a speculative copy of a slot task is a zombie writer."""
+    if str(conf.get("spark.speculation", "false")).strip().lower() == "true":
+        raise SpeculationError(
+            "spark.speculation=true would run a second copy of a slot task next to the first: "
+            "two writers of one slot fence each other and waste the lease. Set "
+            "spark.speculation=false for fluvial applications (slow slots are handled by "
+            "fencing and retries instead)"
+        )
+
+
+def with_task_retries(master: str) -> str:
+    """``local[N]`` never retries a failed task; ``local[N,F]`` does. Other masters retry."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master.strip())
+    if match is None:
+        return master
+    return f"local[{match.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
+
+
+def spark_conf_from_env() -> dict[str, str]:
+    """Extra Spark settings from ``FLUVIAL_SPARK_CONF="k=v,k2=v2"``."""
+    raw = os.environ.get(SPARK_CONF_ENV, "")
+    conf = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{SPARK_CONF_ENV} entry {item!r} is not key=value")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def lease_seconds_from_env() -> float:
+    return int(os.environ.get(LEASE_MS_ENV, DEFAULT_LEASE_MS)) / 1000.0
+
+
+class SparkApplication:
+    """Runs an APP.py on Spark until stopped.
+
+    ``spark`` is an existing SparkSession; without one the engine builds its own on
+    ``master`` (and stops it on close). ``slots`` fixes the number of slots; by default it
+    follows the cluster's cores, capped by the number of partitions to process.
+    """
+
+    def __init__(
+        self,
+        app_path: str | Path,
+        config: StreamsConfig | None = None,
+        *,
+        spark: SparkSession | None = None,
+        master: str = "local[*]",
+        slots: int | None = None,
+        lease_seconds: float | None = None,
+        spark_conf: dict[str, str] | None = None,
+        on_lease: Callable[[int, list[LeaseResult]], None] | None = None,
+    ) -> None:
+        self.app_path = Path(app_path)
+        loaded = load_app(self.app_path)
+        self.topology: Topology = loaded.topology
+        self.config = config or loaded.config or StreamsConfig()
+        self.master = master
+        self.fixed_slots = slots
+        self.lease_seconds = lease_seconds or lease_seconds_from_env()
+        self.spark_conf = {**spark_conf_from_env(), **(spark_conf or {})}
+        self.on_lease = on_lease
+        self.stop_event = threading.Event()
+        self.errors: list[BaseException] = []
+        self.task_ids: list[TaskId] = []
+        self.run_id = uuid.uuid4().hex[:12]
+        self.leases = 0
+        self.layout: dict[int, list[TaskId]] = {}
+        self.generation = 0
+        self._spark = spark
+        self._owns_spark = spark is None
+        self._rdd: RDD[int] | None = None
+        self._source_broadcast: Any = None
+        self._expected: dict[int, str] = {}
+        self._slot_metrics: dict[int, WorkerMetrics] = {}
+        self._failed_in_a_row = 0
+        self._thread: threading.Thread | None = None
+        self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def job_group(self) -> str:
+        return f"fluvial-{self.config.application_id}"
+
+    @property
+    def sc(self) -> SparkContext:
+        assert self._spark is not None, "start() first"
+        return self._spark.sparkContext
+
+    def start(self) -> None:
+        """Check the settings, create internal topics, plan tasks, then run leases."""
+        check_no_speculation(self.spark_conf)  # before paying for a JVM
+        plan = ensure_internal_topics(self.topology, self.config)
+        self.task_ids = plan_tasks(self.topology, self.config, plan)
+        if self._spark is None:
+            from fluvial.spark.session import local_spark_session
+
+            # Python workers must import fluvial: run them with this interpreter (its
+            # virtualenv), not whatever "python3" comes first on the PATH.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+            conf = {
+                "spark.task.maxFailures": str(LOCAL_TASK_ATTEMPTS),
+                "spark.ui.enabled": self.spark_conf.get("spark.ui.enabled", "false"),
+                **self.spark_conf,
+            }
+            self._spark = local_spark_session(
+                with_task_retries(self.master),
+                app_name=f"fluvial {self.config.application_id}",
+                extra_conf=conf,
+            )
+        check_no_speculation(dict(self.sc.getConf().getAll()))
+        self._source_broadcast = self.sc.broadcast(AppSource.read(self.app_path))
+        self._relayout(initial=True)
+        self._thread = threading.Thread(target=self._run, name="fluvial-leases", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self.run_lease()
+        except BaseException as error:  # reported by the runner; stops the application
+            log.exception("the Spark engine stopped")
+            self.errors.append(error)
+            self.stop_event.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return not self.running
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Let the current lease end on its commit, then stop (and stop Spark if ours)."""
+        self.stop_event.set()
+        self.wait(timeout_s)
+        if self.running and self._spark is not None:
+            self.sc.cancelJobGroup(self.job_group)
+            self.wait(30)
+        if self._rdd is not None:
+            self._rdd.unpersist()
+            self._rdd = None
+        if self._owns_spark and self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+    def cancel(self) -> None:
+        """Stop at once: the current lease is killed; the next run resumes from the last commit."""
+        self.stop_event.set()
+        if self._spark is not None:
+            self.sc.cancelJobGroup(self.job_group)
+
+    def raise_if_failed(self) -> None:
+        if self.errors:
+            error = self.errors[0]
+            raise error if isinstance(error, StreamsError) else StreamsError(str(error))
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def desired_slots(self) -> int:
+        """About one slot per executor core, never more than there are partition numbers."""
+        cores = self.fixed_slots or self._total_cores()
+        partitions = len({t.partition for t in self.task_ids})
+        return max(1, min(cores, partitions))
+
+    def _total_cores(self) -> int:
+        jsc = self.sc._jsc.sc()  # type: ignore[attr-defined]
+        try:
+            # Cluster backends count the cores of live executors; defaultParallelism would
+            # never report fewer than 2.
+            return max(1, int(jsc.schedulerBackend().totalCoreCount().get()))
+        except Exception:
+            return max(1, int(jsc.defaultParallelism()))
+
+    def _relayout(self, *, initial: bool = False) -> None:
+        slots = self.desired_slots()
+        if not initial and slots == len(self.layout):
+            return
+        if initial:
+            fence_stale_slots(self.config, slots)
+        else:
+            # Tasks move between slots: fence every old holder before any new one starts, so
+            # no zombie of the old layout can commit for a task that moved.
+            log.warning("slots: %d -> %d (cluster cores changed)", len(self.layout), slots)
+            fence_stale_slots(self.config, 0)
+        self.layout = assign_slots(self.task_ids, slots)
+        self.generation += 1
+        self._expected = {}
+        if self._rdd is not None:
+            self._rdd.unpersist()
+        # One cached partition per slot: its block stays on the executor that ran the slot
+        # first, and Spark's locality preference brings the slot back there every lease.
+        self._rdd = self.sc.parallelize(range(slots), slots).cache()
+
+    def run_lease(self, *, final: bool = False) -> list[LeaseResult]:
+        """Run one lease of every slot as one Spark job; return what each slot reported."""
+        assert self._rdd is not None
+        self._relayout()
+        self.leases += 1
+        plan = LeasePlan(
+            run_id=self.run_id,
+            generation=self.generation,
+            lease=self.leases,
+            lease_seconds=self.lease_seconds,
+            config=self.config,
+            slots=self.layout,
+            expected=dict(self._expected),
+            final=final,
+        )
+        self.sc.setJobGroup(
+            self.job_group,
+            f"fluvial {self.config.application_id}: lease {self.leases}, "
+            f"{len(self.layout)} slot(s) x {self.lease_seconds:g} s",
+            interruptOnCancel=True,
+        )
+        started = time.monotonic()
+        try:
+            results: list[LeaseResult] = self._rdd.mapPartitionsWithIndex(
+                partial(lease_partition, plan, self._source_broadcast)
+            ).collect()
+        except Exception as error:
+            if self.stop_event.is_set():
+                return []
+            self._lease_failed(error)
+            return []
+        self._failed_in_a_row = 0
+        for result in results:
+            self._expected[result.slot] = result.incarnation
+            self._record(result)
+        self._log_lease(results, time.monotonic() - started)
+        if self.on_lease is not None:
+            self.on_lease(self.leases, results)
+        return results
+
+    def _lease_failed(self, error: Exception) -> None:
+        # Spark already retried each slot task; a lease that still failed is run again from
+        # the last commit, with fresh Workers, after a pause.
+        self._failed_in_a_row += 1
+        self._expected = {}
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        log.warning("lease %d failed (%d in a row): %s", self.leases, self._failed_in_a_row,
+                    summary[:300])  # fmt: skip
+        self._append_log({"lease": self.leases, "failed": summary[:300]})
+        if self._failed_in_a_row >= MAX_FAILED_LEASES:
+            raise StreamsError(
+                f"{MAX_FAILED_LEASES} leases in a row failed; the last error: {summary[:2000]}"
+            )
+        time.sleep(min(10.0, 1.0 * self._failed_in_a_row))
+
+    def _record(self, result: LeaseResult) -> None:
+        metrics = self._slot_metrics.setdefault(result.slot, WorkerMetrics(result.slot))
+        for name, value in result.metrics.items():
+            if name in ("lag",):
+                metrics.lag = int(value)
+            elif name == "commit_latency_max_s":
+                metrics.commit_latency_max_s = max(metrics.commit_latency_max_s, value)
+            elif name == "commit_latency_total_s":
+                metrics.commit_latency_total_s += value
+            else:
+                setattr(metrics, name, getattr(metrics, name) + int(value))
+        metrics.task_metrics = result.task_metrics
+
+    def _log_lease(self, results: list[LeaseResult], seconds: float) -> None:
+        self._append_log(
+            {
+                "lease": self.leases,
+                "generation": self.generation,
+                "seconds": round(seconds, 3),
+                "slots": [
+                    {
+                        "slot": r.slot,
+                        "host": r.host,
+                        "pid": r.pid,
+                        "incarnation": r.incarnation,
+                        "attempt": r.attempt,
+                        "reused": r.reused,
+                        "start_s": round(r.start_seconds, 3),
+                        "restored": int(r.metrics.get("restored", 0)),
+                        "processed": int(r.metrics.get("records_processed", 0)),
+                    }
+                    for r in sorted(results, key=lambda r: r.slot)
+                ],
+            }
+        )
+
+    def _append_log(self, entry: dict[str, Any]) -> None:
+        """One JSON line per lease in ``<state_dir>/<application_id>/leases.jsonl``."""
+        self._lease_log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._lease_log, "a") as handle:
+            handle.write(json.dumps({"run": self.run_id, "t": time.time(), **entry}) + "\n")
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> list[int]:
+        return sorted(self.layout)
+
+    def metrics(self) -> list[WorkerMetrics]:
+        return [self._slot_metrics[s] for s in sorted(self._slot_metrics)]
+
+    def prometheus_metrics(self) -> str:
+        return prometheus_text(self.config.application_id, self.metrics())
