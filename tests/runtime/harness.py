@@ -230,3 +230,54 @@ def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5):
             return result
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+# -- the Spark engine -------------------------------------------------------------------------
+
+
+@dataclass
+class SparkRunner(Runner):
+    """One ``fluvial run --engine spark`` process for the Figure 2 app (or another APP.py)."""
+
+    master: str = "local[2]"
+    lease_ms: int = 2000
+    app: Path = APP
+    engine: str = "spark"
+
+    def start(self, *, prometheus_port: int | None = None) -> None:
+        env = {
+            **os.environ,
+            "FLUVIAL_TEST_INPUT": self.input_topic,
+            "FLUVIAL_TEST_OUTPUT": self.output_topic,
+            "FLUVIAL_TEST_APP_ID": self.app_id,
+            "FLUVIAL_TEST_BOOTSTRAP": self.bootstrap,
+            "FLUVIAL_TEST_GUARANTEE": self.guarantee,
+            "FLUVIAL_TEST_COMMIT_MS": str(self.commit_ms),
+            "FLUVIAL_TEST_STATE_DIR": str(self.state_dir),
+            "FLUVIAL_SPARK_LEASE_MS": str(self.lease_ms),
+            **self.extra_env,
+        }
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(self.app), "--engine", self.engine]
+        if self.engine == "spark":
+            cmd += ["--master", self.master]
+        if prometheus_port:
+            cmd += ["--prometheus-port", str(prometheus_port)]
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def leases(self) -> list[dict]:
+        """The driver's lease log: one entry per lease (slots, attempts, pids, restores)."""
+        path = self.state_dir / self.app_id / "leases.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def slot_pid(self, slot: int = 0) -> int | None:
+        """The Python worker process that runs (or last ran) a slot, on this machine."""
+        path = self.state_dir / self.app_id / ".slots" / f"slot-{slot}.pid"
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            return None

@@ -44,6 +44,7 @@ def run_spark_application(
         f"({config.processing_guarantee}, commit every {config.commit_interval_ms} ms) "
         f"on Spark {master}, leases of {app.lease_seconds:g} s",
         highlight=False,
+        soft_wrap=True,
     )
     interrupted = {"count": 0}
 
@@ -66,6 +67,7 @@ def run_spark_application(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
         f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
         highlight=False,
+        soft_wrap=True,
     )
     try:
         if live and console.is_terminal:
