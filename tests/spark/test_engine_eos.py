@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tests.runtime.harness import (
     SparkRunner,
     check_revisions_exactly_once,
