@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fluvial.dsl import graph
 from fluvial.dsl.getters import store_getter
 from fluvial.dsl.options import Materialized
-from fluvial.dsl.stream_stream_join import StreamStreamJoinProcessor
+from fluvial.dsl.stream_stream_join import JoinTimes, StreamStreamJoinProcessor
 from fluvial.dsl.stream_table_join import StreamTableJoinProcessor, value_joiner
 from fluvial.dsl.table_ops import TableSourceProcessor
 from fluvial.dsl.table_table_join import INNER, LEFT, OUTER, TableTableJoinProcessor, join_getter
@@ -123,6 +123,7 @@ def stream_stream(
     rv = graph.internal_serde(other_value_serde or right.value_serde)
     stores = (this_store, other_store) + ((outer_store,) if outer_store else ())
     fn = value_joiner(joiner, with_key)
+    times = JoinTimes()  # the two sides of a task share their join's stream time
 
     def side(is_left: bool) -> StreamStreamJoinProcessor:
         return StreamStreamJoinProcessor(
@@ -136,14 +137,15 @@ def stream_stream(
             key_serde=k,
             this_serde=lv if is_left else rv,
             other_serde=rv if is_left else lv,
+            times=times,
         )
 
     itb.add_processor(this_name, lambda: side(True), [left_parent], stores)
     itb.add_processor(other_name, lambda: side(False), [right_parent], stores)
-    # Keep each record long enough for every late partner its window and grace still admit.
-    reach = max(windows.before_ms, windows.after_ms, 0)
+    # As in Kafka Streams: a record stays joinable for the window's size plus grace, measured
+    # from the newest record of its own side.
     size = max(1, windows.size_ms)
-    retention = max(size, windows.size_ms + reach + windows.grace_ms)
+    retention = max(size, windows.size_ms + windows.grace_ms)
     for store, value_serde_ in ((this_store, lv), (other_store, rv)):
         itb.add_store(
             StoreSpec(

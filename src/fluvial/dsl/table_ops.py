@@ -65,7 +65,12 @@ class TableSourceProcessor(Processor[Any, Any]):
         found = self.store.get(key_bytes)
         old = None if found is None else self.value_serde.deserialize(None, found[0])
         if value is None and found is None:
-            return  # deleting a key that is not there changes nothing
+            # Deleting a key that is not there changes no row, but Kafka Streams still forwards
+            # the deletion (unless a cache absorbs it), and a join with a row on the other
+            # side turns it into a revision of its own.
+            if not self.forwarder.cached:
+                emit(self.context, record.key, Change(None, None), record.timestamp_ms)
+            return
         self.store.put(key_bytes, self.value_serde.serialize(None, value), record.timestamp_ms)
         self.forwarder.maybe_forward(record.key, value, old, record.timestamp_ms)
 

@@ -2,8 +2,13 @@
 
 Each side's processor receives ``Change(new, old)`` from its table and looks the key up in the
 other table. It forwards ``Change(join(new, other), join(old, other))``, so downstream operators
-get correct old values too, and nothing when both are absent. The result's timestamp is the
-later of the two rows' timestamps.
+get correct old values too. The result's timestamp is the later of the two rows' timestamps.
+
+When to forward follows Kafka Streams: whenever the other side has a row, except where the join
+ignores this side's rows without one on the other side (an inner join; the right side of a left
+join) and, for the rest, unless both the new and the old value are absent. So a deletion of a key
+that this side never had still revises a row that exists on the other side (to a tombstone, or
+to the other side's row alone).
 """
 
 from __future__ import annotations
@@ -46,16 +51,21 @@ class TableTableJoinProcessor(Processor[Any, Any]):
         left, right = (this, other) if self.left_side else (other, this)
         return join_rows(self.kind, self.joiner, key, left, right)
 
+    def _joins_without_other(self, change: Change[Any]) -> bool:
+        """Whether a change of this side alone may revise the join's result."""
+        keeps_this_side_alone = self.kind == OUTER or (self.kind == LEFT and self.left_side)
+        return keeps_this_side_alone and not (change.new_value is None and change.old_value is None)
+
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
             return
         change: Change[Any] = record.value
         row = self.other.get(record.key)
         other = None if row is None else row[0]
+        if other is None and not self._joins_without_other(change):
+            return
         new = self._join(record.key, change.new_value, other)
         old = self._join(record.key, change.old_value, other)
-        if new is None and old is None:
-            return
         ts = record.timestamp_ms if row is None else max(record.timestamp_ms, row[1])
         self.context.forward(Record(record.key, Change(new, old), ts, list(record.headers)))
 
