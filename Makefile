@@ -27,5 +27,8 @@ test: setup lint  ## lint, then the whole suite (unit + integration on local Kaf
 test-fast: setup  ## the suite without tests marked slow
 	$(UV) run pytest -m "not slow"
 
+demo: setup  ## Figure 2 on Spark under exactly-once, crashed part-way, checked by a Spark batch job
+	$(UV) run fluvial demo
+
 clean:
 	rm -rf .pytest_cache .ruff_cache .mypy_cache

@@ -240,6 +240,26 @@ def reset(
         console.print(f"  deleted {topic}")
 
 
+@app.command("demo")
+def demo(
+    events: Annotated[int, typer.Option(help="How many page views to produce")] = 4000,
+    seconds: Annotated[float, typer.Option(help="Over how many seconds")] = 40.0,
+) -> None:
+    """The main job: Figure 2 on Spark under exactly-once, crashed part-way, then checked.
+
+    Starts a private local Kafka, runs the pipeline with the Spark engine, kills a Python
+    worker and the driver part-way, shows live revisions and the final windowed counts, and
+    ends with a verdict from a Spark batch job that recounts the input. Cleans up after itself.
+    """
+    from fluvial.demo import run_demo
+
+    try:
+        code = run_demo(events, seconds, console=out)
+    except FluvialError as error:
+        _fail(error)
+    raise typer.Exit(code=code)
+
+
 def main() -> None:
     app()
 
