@@ -70,6 +70,22 @@ def fence_stale_slots(config: StreamsConfig, slots: int) -> None:
     record.write_text(json.dumps({"slots": max(slots, previous)}))
 
 
+def assign_standbys(assignment: dict[int, list[TaskId]], replicas: int) -> dict[int, list[TaskId]]:
+    """Place ``replicas`` standbys of every task on other slots than its active one.
+
+    Engines whose slots run on different machines use it (the local engine keeps none).
+    """
+    slots = sorted(assignment)
+    standbys: dict[int, list[TaskId]] = {slot: [] for slot in slots}
+    if replicas <= 0 or len(slots) < 2:
+        return standbys
+    for index, slot in enumerate(slots):
+        for task in assignment[slot]:
+            for step in range(1, min(replicas, len(slots) - 1) + 1):
+                standbys[slots[(index + step) % len(slots)]].append(task)
+    return standbys
+
+
 class Application:
     """Runs a topology on Kafka with the local engine until closed.
 
@@ -99,6 +115,11 @@ class Application:
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
         slots = min(self.slots, len(self.task_ids))
+        if self.config.num_standby_replicas:
+            # A standby on the same machine as its active task would share its disk and state
+            # directory: it could never speed up a failover, so the local engine keeps none.
+            log.warning("num_standby_replicas=%d has no effect with the local engine: every "
+                        "task already runs on this machine", self.config.num_standby_replicas)  # fmt: skip
         fence_stale_slots(self.config, slots)
         for slot, task_ids in assign_slots(self.task_ids, slots).items():
             worker = Worker(slot, self.topology, self.config, task_ids,

@@ -20,6 +20,7 @@ class WorkerMetrics:
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
+    standby_applied: int = 0
     task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def record_commit(self, seconds: float) -> None:
@@ -43,6 +44,7 @@ _WORKER_COUNTERS = (
     ("lag", "gauge", "Records behind the end of the input partitions"),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
+    ("standby_applied", "counter", "Changelog records applied to standby replicas"),
 )
 
 

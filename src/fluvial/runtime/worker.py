@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -26,12 +27,15 @@ from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
+from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.restore import Restorer
+from fluvial.runtime.standby import StandbyTasks
 from fluvial.runtime.state import TaskState
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TIMEOUT_S = 60.0
 MAX_BUFFERED_PER_PARTITION = 5000
@@ -60,8 +64,12 @@ class Worker:
         *,
         stop: threading.Event | None = None,
         on_progress: Callable[[WorkerMetrics], None] | None = None,
+        standby_task_ids: list[TaskId] | None = None,
     ) -> None:
         self.slot = slot
+        self.standby_task_ids = sorted(standby_task_ids or [])
+        self.standbys: StandbyTasks | None = None
+        self.global_tables: GlobalTables | None = None
         self.topology = topology
         self.config = config
         self.task_ids = sorted(task_ids)
@@ -104,12 +112,20 @@ class Worker:
         )
         self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
         committed = self._read_committed()
+        # Global tables are complete before any stream task looks anything up in them.
+        self.global_tables = GlobalTables(self.topology, self.config)
+        self.global_tables.bootstrap()
         self._open_tasks(committed)
         # Offset -2 means "the earliest", for partitions that never had a commit.
         self._consumer.assign(
             [TopicPartition(t, p, committed.get((t, p), (-2, -1))[0]) for t, p in self._all_tps()]
         )
         self._paused.clear()
+        if self.standby_task_ids:
+            self.standbys = StandbyTasks(
+                self.topology, self.config, self.standby_task_ids, self.state_root
+            )
+            self.standbys.start()
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
@@ -126,8 +142,11 @@ class Worker:
         """(topic, partition) -> (committed offset, what was committed with it)."""
         assert self._consumer is not None
         tps = [TopicPartition(t, p) for t, p in self._all_tps()]
-        result = {}
-        for tp in self._consumer.committed(tps, timeout=TIMEOUT_S):
+        result: dict[tuple[str, int], tuple[int, CommitMetadata]] = {}
+        if not tps:
+            return result  # a worker with only standby tasks
+        consumer = self._consumer
+        for tp in self._call(lambda: consumer.committed(tps, timeout=TIMEOUT_S), "read offsets"):
             if tp.error is not None:
                 raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
             if tp.offset >= 0:
@@ -142,7 +161,8 @@ class Worker:
             for task_id in self.task_ids:
                 task_dir = self.state_root / str(task_id)
                 task = StreamTask(task_id, subs[task_id.subtopology], self.config, task_dir,
-                                  self._collector)  # fmt: skip
+                                  self._collector,
+                                  global_stores=self.global_tables.stores)  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
                 state.open()
@@ -182,6 +202,12 @@ class Worker:
                 state.close()
             self.tasks.clear()
             self.task_states.clear()
+            if self.standbys is not None:
+                self.standbys.close()
+                self.standbys = None
+            if self.global_tables is not None:
+                self.global_tables.close()
+                self.global_tables = None
             self._task_by_tp.clear()
             if self._consumer is not None:
                 self._consumer.close()
@@ -193,6 +219,7 @@ class Worker:
                         self._producer.abort_transaction(5)
                 self._producer.flush(5)
                 self._producer = None
+                self._collector = None  # it holds the producer too
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -236,7 +263,11 @@ class Worker:
                                 list(msg.headers() or []))],
             )  # fmt: skip
             self.metrics.records_in += 1
+        if self.global_tables is not None:
+            self.global_tables.poll(0.0)
         self._process()
+        if self.standbys is not None:
+            self.metrics.standby_applied += self.standbys.poll()
         self._apply_backpressure()
         if self._commit_due():
             self.commit()
@@ -328,6 +359,8 @@ class Worker:
             state.committed(self._collector.changelog_end)
         self._collector.changelog_end.clear()
         self._committed.update(changed)
+        if self.standbys is not None:
+            self.standbys.checkpoint()
         if self.eos:
             self._producer.begin_transaction()
         self._dirty = False
@@ -337,7 +370,7 @@ class Worker:
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
 
-    def _call(self, action: Callable[[], object], what: str) -> object:
+    def _call(self, action: Callable[[], T], what: str) -> T:
         """Run a client call: retry what is retriable, turn fencing into :class:`FencedError`."""
         for attempt in range(5):
             try:
@@ -349,7 +382,7 @@ class Worker:
                         f"slot {self.slot} was fenced during {what}: a newer instance runs its "
                         "tasks now, so this one stops and its open transaction is discarded"
                     ) from exc
-                if error.retriable() and attempt < 4:
+                if (error.retriable() or error.code() in _TRANSIENT) and attempt < 4:
                     log.warning("%s failed (%s); retrying", what, error.str())
                     time.sleep(0.2 * (attempt + 1))
                     continue
@@ -414,6 +447,16 @@ class Worker:
         self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
         if self.on_progress is not None:
             self.on_progress(self.metrics)
+
+
+# Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.
+_TRANSIENT = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+)
 
 
 def _is_fenced(error: KafkaError) -> bool:

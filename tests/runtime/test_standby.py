@@ -1,0 +1,107 @@
+"""Standby replicas keep a warm copy on another machine, so a failover restores almost nothing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from fluvial.processor.collector import TaskId
+from fluvial.runtime.engine import assign_standbys, plan_tasks
+from fluvial.runtime.loader import load_app
+from fluvial.runtime.topics import ensure_internal_topics
+from fluvial.runtime.worker import Worker
+from tests.runtime.harness import (
+    APP,
+    generate_views,
+    oracle_counts,
+    produce,
+    read_revisions,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def test_assign_standbys_never_places_a_standby_with_its_active() -> None:
+    assignment = {0: [TaskId(0, 0), TaskId(1, 0)], 1: [TaskId(0, 1)], 2: [TaskId(1, 1)]}
+    standbys = assign_standbys(assignment, replicas=2)
+    for slot, tasks in standbys.items():
+        assert not set(tasks) & set(assignment[slot])
+    every = [t for tasks in standbys.values() for t in tasks]
+    assert sorted(every) == sorted(
+        t for tasks in assignment.values() for t in tasks for _ in range(2)
+    )
+    assert assign_standbys(assignment, replicas=0) == {0: [], 1: [], 2: []}
+
+
+def test_promoted_standby_restores_only_what_it_had_not_seen(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, monkeypatch
+) -> None:
+    views = generate_views(seed=3, count=2000)
+    oracle, _ = oracle_counts(views)
+    input_topic, output_topic = topic_factory("pageviews"), topic_factory("counts")
+    app_id = unique_name("app")
+    for name, value in {
+        "FLUVIAL_TEST_INPUT": input_topic, "FLUVIAL_TEST_OUTPUT": output_topic,
+        "FLUVIAL_TEST_APP_ID": app_id, "FLUVIAL_TEST_BOOTSTRAP": bootstrap_servers,
+        "FLUVIAL_TEST_STATE_DIR": str(tmp_path / "unused"),
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    loaded = load_app(APP)
+    assert loaded.config is not None
+    # Two "machines": each has its own state directory.
+    host_a = loaded.config.with_overrides(state_dir=str(tmp_path / "host-a"))
+    host_b = loaded.config.with_overrides(state_dir=str(tmp_path / "host-b"))
+    plan = ensure_internal_topics(loaded.topology, host_a)
+    tasks = plan_tasks(loaded.topology, host_a, plan)
+
+    active = Worker(0, loaded.topology, host_a, tasks)
+    standby = Worker(1, loaded.topology, host_b, [], standby_task_ids=tasks)
+    stop = threading.Event()
+
+    def tail() -> None:
+        standby.start()
+        while not stop.is_set():
+            standby.run_once()
+        standby.close()
+
+    tailer = threading.Thread(target=tail)
+    tailer.start()
+    try:
+        active.start()
+        produce(bootstrap_servers, input_topic, views)
+        while dict(read_revisions(bootstrap_servers, output_topic)) != oracle:
+            for _ in range(50):
+                active.run_once()
+        wait_until(lambda: standby.metrics.standby_applied > 0, 30, "the standby to catch up")
+        active.run_for(1.0)  # a last commit, then the standby drains the changelog
+        wait_until(lambda: standby.standbys is not None and standby.standbys.poll() == 0,
+                   30, "the standby to drain")  # fmt: skip
+    finally:
+        stop.set()
+        tailer.join(60)
+        active.close(clean=False)  # host A dies
+
+    # The task moves to host B, where the standby kept its stores warm.
+    promoted = Worker(0, loaded.topology, host_b, tasks)
+    promoted.start()
+    try:
+        applied = standby.metrics.standby_applied
+        assert applied > 1000, "the standby applied the changelog as it was written"
+        assert promoted.metrics.restore_total <= 0.05 * applied, (
+            promoted.metrics.restore_total,
+            applied,
+        )
+    finally:
+        promoted.close(clean=True)
+
+    # Without a standby, the same move replays the whole changelog.
+    cold = Worker(0, loaded.topology, loaded.config.with_overrides(
+        state_dir=str(tmp_path / "host-c")), tasks)  # fmt: skip
+    cold.start()
+    try:
+        assert cold.metrics.restore_total >= applied
+    finally:
+        cold.close(clean=True)
