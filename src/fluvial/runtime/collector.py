@@ -99,3 +99,13 @@ class KafkaRecordCollector:
     def reset(self) -> None:
         self._error = None
         self.changelog_end.clear()
+
+
+class NoOutputCollector:
+    """For tasks that must never produce (standby replicas, global tables): a send is a bug."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+    def send(self, topic: str, *args: object) -> None:
+        raise StreamsError(f"a {self.role} tried to produce to {topic}")

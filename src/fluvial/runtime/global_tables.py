@@ -17,16 +17,12 @@ from fluvial.errors import ConfigError, StreamsError
 from fluvial.processor.collector import ConsumedRecord
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import admin_settings, restore_consumer_settings
+from fluvial.runtime.collector import NoOutputCollector
 from fluvial.state.base import StateStore
 from fluvial.topology.nodes import IN_MEMORY
 from fluvial.topology.topology import Topology
 
 BOOTSTRAP_TIMEOUT_S = 300.0
-
-
-class _NoOutput:
-    def send(self, topic: str, *args: object) -> None:
-        raise StreamsError(f"a global table processor tried to produce to {topic}")
 
 
 class GlobalTables:
@@ -45,7 +41,7 @@ class GlobalTables:
                 raise ConfigError(f"global table topic {topic!r} does not exist: create it first")
             partitions += [(topic, p) for p in sorted(info.partitions)]
         # In memory: the copy is rebuilt from the topic at every start anyway.
-        self.task = StreamTask((-1, 0), sub, config, None, _NoOutput(),
+        self.task = StreamTask((-1, 0), sub, config, None, NoOutputCollector("global table processor"),
                                default_store_type=IN_MEMORY, input_partitions=partitions)  # fmt: skip
         self._partitions = partitions
 

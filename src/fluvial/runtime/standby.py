@@ -16,18 +16,12 @@ from fluvial.config import StreamsConfig
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
+from fluvial.runtime.collector import NoOutputCollector
 from fluvial.runtime.state import TaskState
 from fluvial.state.base import ChangelogRecord
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
-
-
-class _NoOutput:
-    """Standby tasks never produce: anything sent here is a bug."""
-
-    def send(self, topic: str, *args: object) -> None:
-        raise AssertionError(f"a standby task tried to produce to {topic}")
 
 
 class StandbyTasks:
@@ -45,7 +39,9 @@ class StandbyTasks:
             sub = subs[task_id.subtopology]
             if not sub.changelog_topics():
                 continue  # stateless: nothing to keep warm
-            task = StreamTask(task_id, sub, config, state_root / str(task_id), _NoOutput())
+            task = StreamTask(
+                task_id, sub, config, state_root / str(task_id), NoOutputCollector("standby task")
+            )
             self.tasks[task_id] = task
             self.states[task_id] = TaskState(task, state_root / str(task_id))
         self._consumer: Consumer | None = None
