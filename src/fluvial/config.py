@@ -14,6 +14,7 @@ EXACTLY_ONCE_V2 = "exactly_once_v2"
 PROCESSING_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 
 DESERIALIZATION_HANDLERS = ("fail", "log_and_continue")
+PRODUCTION_HANDLERS = ("fail", "continue")
 
 _APPLICATION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -49,6 +50,9 @@ class StreamsConfig:
     max_task_idle_ms: int | timedelta = 0
     default_deserialization_exception_handler: str = "fail"
     dead_letter_topic: str | None = None
+    # What a record the producer cannot deliver does: stop the application ("fail"), or be
+    # logged and skipped ("continue"). Fatal producer errors always stop it.
+    default_production_exception_handler: str = "fail"
     num_stream_threads: int = 1
     replication_factor: int = -1
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
@@ -80,6 +84,12 @@ class StreamsConfig:
                 "default_deserialization_exception_handler must be one of "
                 f"{', '.join(DESERIALIZATION_HANDLERS)}, got "
                 f"{self.default_deserialization_exception_handler!r}"
+            )
+        if self.default_production_exception_handler not in PRODUCTION_HANDLERS:
+            raise ConfigError(
+                "default_production_exception_handler must be one of "
+                f"{', '.join(PRODUCTION_HANDLERS)}, got "
+                f"{self.default_production_exception_handler!r}"
             )
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers is empty: give host:port of at least one broker")

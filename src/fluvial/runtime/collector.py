@@ -17,8 +17,6 @@ from fluvial.processor.collector import Headers
 
 log = logging.getLogger(__name__)
 
-PRODUCTION_HANDLERS = ("fail", "continue")
-
 
 class KafkaRecordCollector:
     """Sends records with a producer and keeps what a commit needs to know.
@@ -76,7 +74,9 @@ class KafkaRecordCollector:
 
     def _delivered(self, error: KafkaError | None, msg: Any) -> None:
         if error is not None:
-            if self.production_handler == "continue" and not error.fatal():
+            # Changelog records are state: losing one would corrupt a restore, never skip them.
+            skippable = msg.topic() not in self.changelog_topics and not error.fatal()
+            if self.production_handler == "continue" and skippable:
                 self.skipped_errors += 1
                 log.warning("dropping a record for %s that failed: %s", msg.topic(), error.str())
                 return

@@ -108,7 +108,10 @@ class Worker:
             changelogs |= set(sub.changelog_topics().values())
             self._repartition_topics |= set(sub.repartition_source_topics)
         self._collector = KafkaRecordCollector(
-            self._producer, changelog_topics=changelogs, on_send=self._count_send
+            self._producer,
+            changelog_topics=changelogs,
+            on_send=self._count_send,
+            production_handler=self.config.default_production_exception_handler,
         )
         self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
         committed = self._read_committed()
