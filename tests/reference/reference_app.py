@@ -131,7 +131,9 @@ def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
         consumer.close()
 
 
-def run_fluvial(topology: Topology, config: StreamsConfig, input_topic: str, timeout_s: float):  # noqa: ANN201
+def run_fluvial(
+    topology: Topology, config: StreamsConfig, input_topic: str, timeout_s: float
+) -> Application:
     """Run the topology until its input is committed and it has been idle for ``IDLE_S``.
 
     The same stopping rule as the reference app's, so both have processed everything the

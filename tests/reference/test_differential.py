@@ -12,6 +12,11 @@ update is its own revision, so the whole sequence is determined by the semantics
 part of those semantics: Kafka Streams gives each result a timestamp by its own rules (the
 largest contributing timestamp for aggregates and joins, the stream record's for a stream-table
 join) and fluvial promises the same.
+
+One setting of the reference is not Kafka Streams' default: left and outer stream-stream joins
+check for closed windows on every record instead of at most once a second of wall-clock time
+(see ``ReferenceApp.config``), since a wall-clock throttle would make the reference's output
+depend on how fast it runs. fluvial always checks on every record.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 package dev.fluvial.reference;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -88,6 +87,7 @@ public final class ReferenceApp {
             () -> {
               stopRequested.countDown();
               streams.close(Duration.ofSeconds(30));
+              deleteRecursively(stateDir);
             });
     Runtime.getRuntime().addShutdownHook(closer);
 
@@ -201,7 +201,7 @@ public final class ReferenceApp {
     try (Stream<Path> paths = Files.walk(dir)) {
       paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
     } catch (IOException e) {
-      throw new UncheckedIOException(e);
+      System.err.println("could not delete " + dir + ": " + e);
     }
   }
 }
