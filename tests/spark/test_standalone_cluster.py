@@ -1,0 +1,149 @@
+"""A real multi-executor Spark cluster: a standalone master and two workers on this machine.
+
+Each worker keeps its executors' local state in its own directory (as two machines would).
+``kill -9`` of the worker JVM that runs the slot loses its executor; Spark runs the slot on
+the other worker, which restores the state from the changelog, and the output still equals
+the oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+import pytest
+from tests.runtime.harness import (
+    SparkRunner,
+    check_revisions_exactly_once,
+    generate_views,
+    oracle_counts,
+    produce,
+    read_revisions,
+    wait_until,
+)
+
+from fluvial.jvm import java_executable
+from fluvial.kafka import free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+@dataclass
+class StandaloneCluster:
+    master_url: str
+    master: subprocess.Popen[bytes]
+    workers: dict[str, subprocess.Popen[bytes]]
+    state_dirs: dict[str, Path]
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    java = java_executable()
+    env = {
+        **os.environ,
+        "JAVA_HOME": os.path.dirname(os.path.dirname(os.path.realpath(java))),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(tmp_path / "logs"),
+    }
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def launch(name: str, args: list[str], extra: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen([str(SPARK_CLASS), *args], env={**env, **extra}, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        log.close()
+        procs.append(proc)
+        return proc
+
+    master = launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(free_port())], {})  # fmt: skip
+    workers, state_dirs = {}, {}
+    for name in ("worker-a", "worker-b"):
+        state_dirs[name] = tmp_path / name / "state"
+        workers[name] = launch(
+            name,
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(tmp_path / name / "work"),
+            ],  # fmt: skip
+            # Executors inherit the worker's environment: each worker, its own state directory.
+            {"FLUVIAL_EXECUTOR_STATE_DIR": str(state_dirs[name])},
+        )
+    wait_until(
+        lambda: (tmp_path / "master.log").read_text().count("Registering worker") >= 2,
+        90,
+        "two workers to register with the master",
+    )
+    try:
+        yield StandaloneCluster(master_url, master, workers, state_dirs)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+
+
+def test_executor_loss_moves_slot_and_restores_from_changelog(
+    standalone_cluster: StandaloneCluster,
+    bootstrap_servers: str,
+    topic_factory,
+    unique_name,
+    tmp_path: Path,
+) -> None:
+    # Recent timestamps: window changelogs are compact,delete with a retention, and records
+    # from 1970 would be deleted before anyone could restore them.
+    views = generate_views(seed=13, count=3000, start_ms=int(time.time() * 1000) - 600_000)
+    oracle, _dropped = oracle_counts(views)
+    runner = SparkRunner(bootstrap_servers, unique_name("app"), topic_factory("pageviews"),
+                         topic_factory("counts"), tmp_path / "driver", commit_ms=300,
+                         master=standalone_cluster.master_url,
+                         extra_env={"FLUVIAL_SPARK_CONF": "spark.executor.memory=512m"})  # fmt: skip
+    runner.start()
+    runner.wait_ready(120)
+    produce(bootstrap_servers, runner.input_topic, views[:1500])
+
+    def holder() -> str | None:
+        """The worker whose executor runs the slot (its state directory has the slot's pid)."""
+        for name, state_dir in standalone_cluster.state_dirs.items():
+            if (state_dir / runner.app_id / ".slots" / "slot-0.pid").exists():
+                return name
+        return None
+
+    first = wait_until(holder, 120, "the slot to run on a worker")
+    wait_until(lambda: len([s for s in runner.leases() if "slots" in s]) >= 2, 120, "two leases")
+    standalone_cluster.workers[first].send_signal(signal.SIGKILL)  # executor loss
+    produce(bootstrap_servers, runner.input_topic, views[1500:])
+    try:
+        wait_until(
+            lambda: dict(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,
+            180,
+            "the committed output to reach the oracle's final counts",
+        )
+    finally:
+        assert runner.stop() == 0, runner.output()[-5000:]
+    check_revisions_exactly_once(read_revisions(bootstrap_servers, runner.output_topic), oracle)
+    other = next(n for n in standalone_cluster.state_dirs if n != first)
+    assert (standalone_cluster.state_dirs[other] / runner.app_id / ".slots" / "slot-0.pid").exists()
+    leases = [lease for lease in runner.leases() if "slots" in lease]
+    moved = [s for lease in leases for s in lease["slots"] if not s["reused"]]
+    assert any(s["restored"] > 0 for s in moved), f"no restore from the changelog: {leases}"
