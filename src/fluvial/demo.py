@@ -85,6 +85,17 @@ def generate_views(count: int, seed: int, start_ms: int) -> list[View]:
     return views
 
 
+_WINDOWED = serdes.time_windowed(serdes.string(), WINDOW_MS)
+
+
+def decode(key: bytes | None, value: bytes | None) -> tuple[tuple[str, int], int]:
+    """An output record: ((category, window start), count)."""
+    windowed = _WINDOWED.deserialize(OUTPUT, key)
+    count = serdes.long().deserialize(OUTPUT, value)
+    assert windowed is not None and count is not None, "the output holds no tombstones"
+    return (windowed.key, windowed.window.start_ms), count
+
+
 def clock(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S")
 
@@ -145,7 +156,6 @@ class RevisionPrinter(threading.Thread):
     def __init__(self, bootstrap: str, console: Console) -> None:
         super().__init__(daemon=True, name="demo-revisions")
         self.console, self.stop_event = console, threading.Event()
-        self.key_serde = serdes.time_windowed(serdes.string(), WINDOW_MS)
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4().hex}",
                                   "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
         self.consumer.assign([TopicPartition(OUTPUT, 0, 0)])
@@ -160,10 +170,8 @@ class RevisionPrinter(threading.Thread):
             for msg in self.consumer.consume(500, 0.2):
                 if msg.error() is not None:
                     continue
-                windowed = self.key_serde.deserialize(OUTPUT, msg.key())
-                count = serdes.long().deserialize(OUTPUT, msg.value())
-                start = windowed.window.start_ms
-                window = (windowed.key, start)
+                window, count = decode(msg.key(), msg.value())
+                category, start = window
                 previous = self.last.get(window)
                 self.last[window] = count
                 self.revisions += 1
@@ -174,7 +182,7 @@ class RevisionPrinter(threading.Thread):
                         self._shown = time.monotonic()
                         self.console.print(
                             f"    revision  [{clock(start)}, {clock(start + WINDOW_MS)})  "
-                            f"{windowed.key:<7} {previous:>3} -> {count:<3}  "
+                            f"{category:<7} {previous:>3} -> {count:<3}  "
                             f"[dim](late record; newest window starts {clock(self.newest_start)})",
                             highlight=False,
                         )
@@ -360,19 +368,17 @@ def _final_table(console: Console, bootstrap: str) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4().hex}",
                          "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
     consumer.assign([TopicPartition(OUTPUT, 0, 0)])
-    key_serde = serdes.time_windowed(serdes.string(), WINDOW_MS)
     final: dict[tuple[str, int], int] = {}
-    while True:
+    done = False
+    while not done:
         msgs = consumer.consume(1000, 2.0)
-        if not msgs or any(m.error() is not None for m in msgs):
-            for m in msgs:
-                if m.error() is None:
-                    w = key_serde.deserialize(OUTPUT, m.key())
-                    final[(w.key, w.window.start_ms)] = serdes.long().deserialize(OUTPUT, m.value())
-            break
-        for m in msgs:
-            w = key_serde.deserialize(OUTPUT, m.key())
-            final[(w.key, w.window.start_ms)] = serdes.long().deserialize(OUTPUT, m.value())
+        done = not msgs
+        for msg in msgs:
+            if msg.error() is not None:
+                done = True  # the end of the partition
+                continue
+            window, count = decode(msg.key(), msg.value())
+            final[window] = count
     consumer.close()
     starts = sorted({start for _, start in final})
     console.print("[bold]5.[/] final windowed counts (the last 8 windows; long page views)")
