@@ -22,6 +22,9 @@ app = typer.Typer(
 )
 kafka_app = typer.Typer(help="Run a local Apache Kafka (KRaft) for development and tests.")
 app.add_typer(kafka_app, name="kafka")
+from fluvial.bench.cli import bench_app  # noqa: E402 - beside the other sub-apps
+
+app.add_typer(bench_app, name="bench")
 
 console = Console(stderr=True)
 out = Console()

@@ -1,0 +1,232 @@
+"""``fluvial bench``: run workloads on fluvial and its peers, and write reports."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fluvial.bench.environment import describe
+from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
+from fluvial.bench.workloads import WORKLOADS
+
+bench_app = typer.Typer(
+    help="Benchmarks: fluvial and its peers side by side on the same Kafka and input.",
+    no_args_is_help=True,
+)
+console = Console(stderr=True, soft_wrap=True)
+
+Records = Annotated[int, typer.Option(help="Input records (throughput mode)")]
+Partitions = Annotated[int, typer.Option(help="Partitions of every input and output topic")]
+Guarantee = Annotated[str, typer.Option(help="exactly_once_v2 or at_least_once")]
+CommitMs = Annotated[int, typer.Option("--commit-interval-ms", help="Commit interval (ms)")]
+Engine = Annotated[str, typer.Option(help="fluvial's engine: local, spark or both")]
+Peers = Annotated[
+    str,
+    typer.Option(help=f"Peers to run too, comma-separated, or 'all': {', '.join(PEER_NAMES)}"),
+]
+JsonOut = Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here")]
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(help="Use this Kafka instead of starting a private local one"),
+]
+Rate = Annotated[
+    int | None,
+    typer.Option(help="Latency mode: produce this many records/s instead of pre-loading"),
+]
+Seconds = Annotated[float, typer.Option(help="Latency mode: how long to measure")]
+Master = Annotated[str, typer.Option(help="Spark master for --engine spark and spark-ss")]
+
+
+def _systems(engine: str, peers: str) -> list[str]:
+    engines = ["local", "spark"] if engine == "both" else [engine]
+    for e in engines:
+        if e not in ("local", "spark"):
+            raise typer.BadParameter(f"unknown engine {e!r}: use local, spark or both")
+    names = [f"fluvial-{e}" for e in engines]
+    chosen = list(PEER_NAMES) if peers == "all" else [p for p in peers.split(",") if p]
+    for peer in chosen:
+        if peer not in PEER_NAMES:
+            raise typer.BadParameter(f"unknown peer {peer!r}: use {', '.join(PEER_NAMES)} or all")
+    return names + chosen
+
+
+class Results:
+    """Collects runs and rewrites the JSON file after each, so a long matrix keeps what ran."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "environment": describe(),
+            "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),
+            "runs": [],
+        }
+
+    def add(self, run: dict[str, Any]) -> None:
+        self.data["runs"].append(run)
+        _print_run(run)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
+
+
+def _print_run(run: dict[str, Any]) -> None:
+    head = (
+        f"{run['system']:<14} {run['workload']:<11} {run['guarantee']:<15} "
+        f"{run['commit_interval_ms']:>6} ms"
+    )
+    if run["status"] != "ok":
+        console.print(f"{head}  {run['status']}: {run.get('reason', '')}", highlight=False)
+        if run.get("log_tail"):
+            console.print(run["log_tail"], highlight=False, markup=False)
+        return
+    if run["mode"] == "throughput":
+        console.print(
+            f"{head}  {run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  "
+            f"cpu {run['cpu_s_per_million']:7.1f} s/M  rss {run['peak_rss_mb']:6.0f} MiB  "
+            f"in {run['input_committed']:,}/{run['input_records']:,}  "
+            f"out {run['output_records']:,}  (startup {run['startup_s']:.1f} s)",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"{head}  p50 {run['latency_p50_ms']:7.1f} ms  p99 {run['latency_p99_ms']:7.1f} ms  "
+            f"max {run['latency_max_ms']:7.1f} ms  ({run['results_measured']:,} results at "
+            f"{run['rate']}/s)  rss {run['peak_rss_mb']:6.0f} MiB",
+            highlight=False,
+        )
+
+
+def run_bench(
+    workloads: list[str],
+    systems: list[str],
+    guarantees: list[str],
+    commit_intervals: list[int],
+    *,
+    records: int,
+    partitions: int,
+    bootstrap: str | None,
+    json_out: Path | None,
+    rate: int | None = None,
+    seconds: float = 20.0,
+    master: str = "local[2]",
+) -> dict[str, Any]:
+    """Run every combination; returns the results document (also written to ``json_out``)."""
+    from fluvial.bench.harness import kafka, new_spec, run_latency, run_throughput
+    from fluvial.bench.systems import make_system
+
+    results = Results(json_out)
+    with tempfile.TemporaryDirectory(prefix="fluvial-bench-") as work, kafka(bootstrap) as servers:
+        console.print(f"bench: Kafka at {servers}; work in {work}", highlight=False)
+        for workload in workloads:
+            for guarantee in guarantees:
+                for commit_ms in commit_intervals:
+                    for name in systems:
+                        system = make_system(name)
+                        spec = new_spec(
+                            workload, system=name, records=records, partitions=partitions,
+                            guarantee=guarantee, commit_ms=commit_ms, bootstrap=servers,
+                            work_root=Path(work), spark_master=master,
+                        )  # fmt: skip
+                        if rate:
+                            run = run_latency(system, spec, rate=rate, seconds=seconds)
+                        else:
+                            run = run_throughput(system, spec)
+                        results.add(run)
+    return results.data
+
+
+def _workload_command(workload: str):  # noqa: ANN202 - a typer command
+    def command(
+        records: Records = 100_000,
+        partitions: Partitions = 2,
+        guarantee: Guarantee = "exactly_once_v2",
+        commit_interval_ms: CommitMs = 100,
+        engine: Engine = "local",
+        peers: Peers = "",
+        json_out: JsonOut = None,
+        bootstrap_servers: Bootstrap = None,
+        rate: Rate = None,
+        seconds: Seconds = 20.0,
+        master: Master = "local[2]",
+    ) -> None:
+        run_bench(
+            [workload], _systems(engine, peers), [guarantee], [commit_interval_ms],
+            records=records, partitions=partitions, bootstrap=bootstrap_servers,
+            json_out=json_out, rate=rate, seconds=seconds, master=master,
+        )  # fmt: skip
+
+    command.__doc__ = f"Workload {workload}: {WORKLOADS[workload].description}."
+    return command
+
+
+for _name in WORKLOADS:
+    bench_app.command(_name)(_workload_command(_name))
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@bench_app.command("matrix")
+def matrix(
+    workloads: Annotated[str, typer.Option(help="Comma-separated workloads")] = ",".join(WORKLOADS),
+    guarantees: Annotated[str, typer.Option(help="Comma-separated guarantees")] = (
+        "at_least_once,exactly_once_v2"
+    ),
+    commit_intervals: Annotated[str, typer.Option(help="Comma-separated ms")] = "100,1000,30000",
+    records: Records = 50_000,
+    partitions: Partitions = 2,
+    engine: Engine = "local",
+    peers: Peers = "",
+    json_out: JsonOut = Path("bench-matrix.json"),
+    bootstrap_servers: Bootstrap = None,
+    master: Master = "local[2]",
+) -> None:
+    """Every workload at both guarantees and commit intervals 100 ms, 1 s and 30 s."""
+    for w in _csv(workloads):
+        if w not in WORKLOADS:
+            raise typer.BadParameter(f"unknown workload {w!r}: use {', '.join(WORKLOADS)}")
+    run_bench(
+        _csv(workloads), _systems(engine, peers), _csv(guarantees),
+        [int(c) for c in _csv(commit_intervals)], records=records, partitions=partitions,
+        bootstrap=bootstrap_servers, json_out=json_out, master=master,
+    )  # fmt: skip
+
+
+@bench_app.command("setup")
+def setup_peers(
+    peers: Annotated[str, typer.Option(help="Peers to install, or 'all'")] = "all",
+) -> None:
+    """Install the peers: Quix Streams and Faust in private virtual environments (uv), the
+    Kafka Streams reference app with Maven. Spark Structured Streaming comes with pyspark."""
+    from fluvial.bench.setup import setup_all
+
+    chosen = [p for p in _systems("local", peers) if p in PEER_NAMES and p != "spark-ss"]
+    table = Table("peer", "status")
+    for peer, status in setup_all(chosen).items():
+        table.add_row(peer, status)
+    Console().print(table)
+
+
+@bench_app.command("report")
+def report(
+    files: Annotated[list[Path], typer.Argument(help="JSON results of 'fluvial bench ... --json'")],
+    out: Annotated[Path, typer.Option(help="Directory for report.md and the PNG plots")] = Path(
+        "bench-report"
+    ),
+) -> None:
+    """Write a markdown table and PNG plots (throughput, EOS overhead, latency, engines)."""
+    from fluvial.bench.report import write_report
+
+    path = write_report(files, out)
+    console.print(f"wrote {path} and its plots", highlight=False)
+
+
+__all__ = ["bench_app", "ALL_SYSTEMS"]

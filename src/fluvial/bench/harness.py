@@ -1,0 +1,362 @@
+"""One benchmark run, start to finish: topics, input, the system's process, measurements.
+
+Throughput mode pre-loads the input, starts the system and times it from its first write (its
+first output, repartition or changelog record: the first consumed record has been processed by
+then) until its committed input offsets reach the end of the input. Under both guarantees a
+committed offset means the results of every record before it are durable (in the same
+transaction, or acknowledged before the commit), so that is "the last result committed".
+
+Latency mode starts the system first, then produces at a fixed rate with the current time as
+each record's timestamp, and a read_committed consumer records when each result appears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from fluvial.bench.measure import (
+    LatencyReader,
+    ProcessTree,
+    Progress,
+    count_committed,
+    percentile,
+)
+from fluvial.bench.systems import RunSpec, System, child_env, spark_progress
+from fluvial.bench.workloads import (
+    CATEGORIES,
+    PERIODS,
+    WORKLOADS,
+    generate_input,
+    generate_table,
+    view_value,
+)
+from fluvial.kafka import LocalKafka, free_port
+from fluvial.kafka.admin import TopicSpec, admin_client, create_topics
+
+BENCH_BROKER_HEAP = "1g"
+STOP_TIMEOUT_S = 60.0
+# Workloads with a repartition topic: their input is committed before their last hop is.
+MULTI_HOP = {"figure2"}
+
+
+@contextlib.contextmanager
+def kafka(bootstrap_servers: str | None = None) -> Iterator[str]:
+    """The given cluster, or a private local Kafka on a free port in a temporary directory."""
+    if bootstrap_servers:
+        yield bootstrap_servers
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="fluvial-bench-kafka-") as data_dir,
+        LocalKafka(data_dir, port=free_port(), heap=BENCH_BROKER_HEAP) as cluster,
+    ):
+        yield cluster.bootstrap_servers
+
+
+def new_spec(
+    workload: str,
+    *,
+    system: str,
+    records: int,
+    partitions: int,
+    guarantee: str,
+    commit_ms: int,
+    bootstrap: str,
+    work_root: Path,
+    spark_master: str = "local[2]",
+) -> RunSpec:
+    token = uuid.uuid4().hex[:8]
+    base = f"bench-{workload}-{system}-{token}"
+    work_dir = work_root / base
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return RunSpec(
+        workload=workload,
+        records=records,
+        partitions=partitions,
+        guarantee=guarantee,
+        commit_ms=commit_ms,
+        bootstrap=bootstrap,
+        input_topic=f"{base}-views",
+        output_topic=f"{base}-out",
+        table_topic=f"{base}-users" if WORKLOADS[workload].has_table else "",
+        app_id=base,
+        work_dir=work_dir,
+        spark_master=spark_master,
+    )
+
+
+def _create_topics(spec: RunSpec) -> dict[str, int]:
+    """Create the run's topics; returns the input topics and their partition counts."""
+    inputs = {spec.input_topic: spec.partitions}
+    if spec.table_topic:
+        inputs[spec.table_topic] = spec.partitions
+    create_topics(
+        spec.bootstrap,
+        [TopicSpec(t, n) for t, n in inputs.items()]
+        + [TopicSpec(spec.output_topic, spec.partitions)],
+    )
+    return inputs
+
+
+def _producer(bootstrap: str, *, linger_ms: int) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            # Kafka's Java partitioner: every system sees keys where a Java producer puts them.
+            "partitioner": "murmur2_random",
+            "linger.ms": linger_ms,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+
+
+def preload(spec: RunSpec) -> int:
+    """Write the table rows (if any) and the stream input; returns how many records in all."""
+    producer = _producer(spec.bootstrap, linger_ms=20)
+    base_ms = int(time.time() * 1000) - 10 * spec.records - 60_000
+    total = 0
+    for row in generate_table(spec.workload, base_ms=base_ms):
+        producer.produce(spec.table_topic, row.value, row.key, timestamp=row.timestamp_ms)
+        total += 1
+    producer.flush(60)
+    for record in generate_input(spec.workload, spec.records, base_ms=base_ms):
+        while True:
+            try:
+                producer.produce(
+                    spec.input_topic, record.value, record.key, timestamp=record.timestamp_ms
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)  # the local queue is full: let deliveries drain it
+        total += 1
+    if producer.flush(120) != 0:
+        raise RuntimeError("pre-loading the input did not finish within 120 s")
+    return total
+
+
+class Launched:
+    """The system's process tree, sampled from launch to stop."""
+
+    def __init__(self, system: System, spec: RunSpec) -> None:
+        cmd, env = system.command(spec)
+        self.log_path = spec.work_dir / f"{system.name}.log"
+        self.launched_at = time.time()
+        with open(self.log_path, "wb") as log:
+            # A session of its own, so that stopping it reaches every process it started
+            # (Spark's JVM and Python workers) and nothing else.
+            self.proc = subprocess.Popen(
+                cmd, env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, cwd=spec.work_dir,
+            )  # fmt: skip
+        self.tree = ProcessTree(self.proc.pid)
+        self.tree.start()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM (every system here commits and stops on it), then SIGKILL after a while."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(STOP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of its own session only
+        code = self.proc.wait(10)
+        self.tree.stop()
+        return code
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _delete_topics(spec: RunSpec, app_prefix: str) -> None:
+    """Remove the run's topics and the system's internal ones: a matrix fills no disk."""
+    admin = admin_client(spec.bootstrap)
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(app_prefix)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result()
+
+
+def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
+    return {
+        "system": system.name,
+        "workload": spec.workload,
+        "mode": mode,
+        "guarantee": spec.guarantee,
+        "commit_interval_ms": spec.commit_ms,
+        "records": spec.records,
+        "partitions": spec.partitions,
+        "version": system.version(),
+        "config": system.config(spec),
+        "status": "ok",
+    }
+
+
+def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> dict[str, Any]:
+    result = _base_result(system, spec, "throughput")
+    reason = system.unsupported(spec)
+    if reason:
+        return {**result, "status": "skipped", "reason": reason}
+    inputs = _create_topics(spec)
+    try:
+        expected = preload(spec)
+        launched = Launched(system, spec)
+        committed_total = None
+        if system.offsets == "progress-file":
+            committed_total = lambda: spark_progress(spec)[1]  # noqa: E731
+        multi_hop = spec.workload in MULTI_HOP and system.offsets == "group"
+        progress = Progress(
+            spec.bootstrap, system.group(spec), inputs, committed_total=committed_total,
+            output_topic=spec.output_topic,
+            # Longer than a commit interval: a later hop commits at most one interval later.
+            quiet_s=(spec.commit_ms / 1000 + 2.0) if multi_hop else 0.0,
+        )  # fmt: skip
+        try:
+            done_at = progress.wait_done(expected, timeout_s=timeout_s, alive=launched.alive)
+            first = progress.first_write_at
+            if system.offsets == "progress-file":
+                first = spark_progress(spec)[0]
+        except (TimeoutError, RuntimeError, KafkaException) as error:
+            launched.stop()
+            return {**result, "status": "failed", "reason": str(error),
+                    "log_tail": launched.log_tail()}  # fmt: skip
+        finally:
+            progress.close()
+        exit_code = launched.stop()
+        first = first or launched.launched_at
+        seconds = max(done_at - first, 1e-3)
+        cpu = launched.tree.cpu_between(first, done_at)
+        result.update(
+            throughput_rps=spec.records / seconds,
+            seconds=seconds,
+            startup_s=first - launched.launched_at,
+            cpu_s=cpu,
+            cpu_s_per_million=cpu / spec.records * 1e6,
+            peak_rss_mb=launched.tree.peak_rss / 2**20,
+            input_records=expected,
+            input_committed=progress.last_committed,
+            output_records=count_committed(spec.bootstrap, spec.output_topic, spec.partitions),
+            exit_code=exit_code,
+        )
+        return result
+    finally:
+        _delete_topics(spec, spec.app_id)
+        shutil.rmtree(spec.work_dir / "state", ignore_errors=True)
+
+
+def run_latency(
+    system: System, spec: RunSpec, *, rate: int, seconds: float, startup_timeout_s: float = 180
+) -> dict[str, Any]:
+    """Produce ``rate`` records/s for ``seconds`` once the system answers; record latencies."""
+    result = _base_result(system, spec, "latency")
+    result.update(rate=rate, seconds=seconds)
+    reason = system.unsupported(spec)
+    if reason:
+        return {**result, "status": "skipped", "reason": reason}
+    _create_topics(spec)
+    launched = None
+    try:
+        if spec.table_topic:
+            producer = _producer(spec.bootstrap, linger_ms=5)
+            for row in generate_table(spec.workload, base_ms=int(time.time() * 1000)):
+                producer.produce(spec.table_topic, row.value, row.key, timestamp=row.timestamp_ms)
+            producer.flush(60)
+        reader = LatencyReader(spec.bootstrap, spec.output_topic, spec.partitions)
+        reader.start()
+        launched = Launched(system, spec)
+        feeder = _RateProducer(spec, rate)
+        feeder.start()
+        # Warm-up: the system has started once its first result is readable.
+        deadline = time.monotonic() + startup_timeout_s
+        while reader.seen == 0:
+            if time.monotonic() > deadline or not launched.alive():
+                raise RuntimeError("the system produced no result during its warm-up")
+            time.sleep(0.1)
+        measure_from_ms = time.time() * 1000 + 2000  # settle for 2 s after the first result
+        time.sleep(2 + seconds)
+        measure_to_ms = time.time() * 1000
+        feeder.stop()
+        time.sleep(max(1.0, 3 * spec.commit_ms / 1000))  # let the last results arrive
+        reader.stop()
+        cpu_from, cpu_to = measure_from_ms / 1000, measure_to_ms / 1000
+        launched.stop()
+        values = [
+            lat for sent, lat in reader.latencies_ms if measure_from_ms <= sent < measure_to_ms
+        ]
+        sample = values if len(values) <= 5000 else random.Random(8).sample(values, 5000)
+        cpu = launched.tree.cpu_between(cpu_from, cpu_to)
+        produced = int(rate * (measure_to_ms - measure_from_ms) / 1000)
+        result.update(
+            latency_p50_ms=percentile(values, 50),
+            latency_p90_ms=percentile(values, 90),
+            latency_p99_ms=percentile(values, 99),
+            latency_max_ms=max(values, default=0.0),
+            results_measured=len(values),
+            latency_sample_ms=sorted(round(v, 2) for v in sample),
+            cpu_s_per_million=cpu / max(1, produced) * 1e6,
+            peak_rss_mb=launched.tree.peak_rss / 2**20,
+        )
+        return result
+    except RuntimeError as error:
+        tail = launched.log_tail() if launched else ""
+        if launched:
+            launched.stop()
+        return {**result, "status": "failed", "reason": str(error), "log_tail": tail}
+    finally:
+        _delete_topics(spec, spec.app_id)
+        shutil.rmtree(spec.work_dir / "state", ignore_errors=True)
+
+
+class _RateProducer(threading.Thread):
+    """Produces page views at a fixed rate, each stamped with the time it was produced."""
+
+    def __init__(self, spec: RunSpec, rate: int) -> None:
+        super().__init__(name="bench-rate-producer", daemon=True)
+        self.spec = spec
+        self.rate = rate
+        self.producer = _producer(spec.bootstrap, linger_ms=0)
+        self._halt = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        rng = random.Random(8)
+        keys = 10_000 if self.spec.workload == "join" else 1_000
+        prefix = "k" if self.spec.workload == "windowed" else "user-"
+        started = time.monotonic()
+        while not self._halt.is_set():
+            # Catch up to where the rate says we should be, in small steps of wall time.
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                now_ms = int(time.time() * 1000)
+                value = view_value(rng.choice(CATEGORIES), rng.choice(PERIODS[1:]), now_ms)
+                key = f"{prefix}{rng.randrange(keys)}".encode()
+                self.producer.produce(self.spec.input_topic, value, key, timestamp=now_ms)
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.002)
+        self.producer.flush(30)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)

@@ -1,0 +1,293 @@
+"""The systems under test and how each is started for one run.
+
+Every system runs as its own process tree, so that the harness measures them all the same way
+(CPU and memory from ``/proc``, progress from Kafka) and none shares an interpreter with the
+harness's producer and monitor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from fluvial.bench import setup
+from fluvial.jvm import java_executable
+
+APPS = Path(__file__).parent / "apps"
+PEERS = Path(__file__).parent / "peers"
+EOS = "exactly_once_v2"
+
+
+@dataclass
+class RunSpec:
+    """One run: which workload, with which settings, on which topics."""
+
+    workload: str
+    records: int
+    partitions: int
+    guarantee: str
+    commit_ms: int
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    table_topic: str
+    app_id: str
+    work_dir: Path
+    spark_master: str = "local[2]"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == EOS
+
+    @property
+    def progress_file(self) -> Path:
+        return self.work_dir / "progress.jsonl"
+
+
+class System:
+    """A system under test. Subclasses say how to start it and how it is configured."""
+
+    name = ""
+    # Where the system keeps its committed input offsets: "group" (the consumer group named
+    # ``group(spec)``) or "progress-file" (it reports them itself).
+    offsets = "group"
+
+    def unsupported(self, spec: RunSpec) -> str | None:
+        """Why this system cannot run ``spec`` (None if it can)."""
+        return None
+
+    def group(self, spec: RunSpec) -> str:
+        return spec.app_id
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        """The configuration the report states for this run."""
+        raise NotImplementedError
+
+    def version(self) -> str:
+        return ""
+
+
+class FluvialSystem(System):
+    def __init__(self, engine: str = "local") -> None:
+        self.engine = engine
+        self.name = f"fluvial-{engine}"
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APPS / "fluvial_app.py")]
+        cmd += ["--engine", self.engine, "--quiet"]
+        if self.engine == "spark":
+            cmd += ["--master", spec.spark_master]
+        env = {
+            "FLUVIAL_BENCH_WORKLOAD": spec.workload,
+            "FLUVIAL_BENCH_INPUT": spec.input_topic,
+            "FLUVIAL_BENCH_OUTPUT": spec.output_topic,
+            "FLUVIAL_BENCH_TABLE": spec.table_topic,
+            "FLUVIAL_BENCH_APP_ID": spec.app_id,
+            "FLUVIAL_BENCH_BOOTSTRAP": spec.bootstrap,
+            "FLUVIAL_BENCH_GUARANTEE": spec.guarantee,
+            "FLUVIAL_BENCH_COMMIT_MS": str(spec.commit_ms),
+            "FLUVIAL_BENCH_STATE_DIR": str(spec.work_dir / "state"),
+        }
+        return cmd, env
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        cfg: dict[str, object] = {
+            "processing_guarantee": spec.guarantee,
+            "commit_interval_ms": spec.commit_ms,
+            "cache_max_bytes": 0,
+            "workers": 1,
+            "state": "RocksDB (default stores)",
+        }
+        if self.engine == "spark":
+            cfg["master"] = spec.spark_master
+        return cfg
+
+    def version(self) -> str:
+        import fluvial
+
+        return f"fluvial {fluvial.__version__}"
+
+
+class KafkaStreamsSystem(System):
+    """Kafka Streams (Java) through the reference app of the differential tests.
+
+    That app runs a named topology with fixed settings (exactly_once_v2, commit interval 100 ms,
+    record cache off, one stream thread), so it can run only ``figure2`` at those settings.
+    """
+
+    name = "kafka-streams"
+
+    def unsupported(self, spec: RunSpec) -> str | None:
+        if spec.workload != "figure2":
+            return "the reference app has no pipeline for this workload"
+        if not spec.exactly_once or spec.commit_ms != 100:
+            return "the reference app runs only exactly_once_v2 with a 100 ms commit interval"
+        return None
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        jar = setup.reference_jar()
+        cmd = [
+            java_executable(), "-Xmx512m", "-XX:+UseSerialGC",
+            # The harness decides when the input is done and stops the app with SIGTERM.
+            "-Dreference.idle.ms=600000",
+            "-jar", str(jar),
+            "figure2", spec.bootstrap, spec.input_topic, spec.output_topic, spec.app_id,
+        ]  # fmt: skip
+        return cmd, {}
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "processing.guarantee": "exactly_once_v2",
+            "commit.interval.ms": 100,
+            "statestore.cache.max.bytes": 0,
+            "num.stream.threads": 1,
+            "state": "RocksDB (default)",
+            "jvm": "-Xmx512m -XX:+UseSerialGC",
+        }
+
+    def version(self) -> str:
+        return "kafka-streams 4.3.1"
+
+
+class QuixSystem(System):
+    name = "quix"
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        python = setup.peer_python("quix")
+        return [str(python), str(PEERS / "quix_app.py"), json.dumps(self._settings(spec))], {}
+
+    def _settings(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "workload": spec.workload,
+            "bootstrap": spec.bootstrap,
+            "group": spec.app_id,
+            "input": spec.input_topic,
+            "table": spec.table_topic,
+            "output": spec.output_topic,
+            "exactly_once": spec.exactly_once,
+            "commit_ms": spec.commit_ms,
+            "state_dir": str(spec.work_dir / "state"),
+            "partitions": spec.partitions,
+        }
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "processing_guarantee": "exactly-once" if spec.exactly_once else "at-least-once",
+            "commit_interval": spec.commit_ms / 1000,
+            "state": "RocksDB (default), changelog topics on",
+            "join": "join_asof (inner) for the join workload",
+        }
+
+    def version(self) -> str:
+        return setup.peer_version("quix")
+
+
+class FaustSystem(QuixSystem):
+    name = "faust"
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        python = setup.peer_python("faust")
+        cmd = [str(python), str(PEERS / "faust_app.py"), "worker", "-l", "warn"]
+        return cmd, {"FAUST_BENCH_SETTINGS": json.dumps(self._settings(spec))}
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "processing_guarantee": "exactly_once" if spec.exactly_once else "at_least_once",
+            "broker_commit_interval": spec.commit_ms / 1000,
+            "store": "memory:// (tables with changelog topics)",
+            "agents": "one per input topic, concurrency 1",
+        }
+
+    def version(self) -> str:
+        return setup.peer_version("faust")
+
+
+class SparkStructuredStreamingSystem(System):
+    name = "spark-ss"
+    offsets = "progress-file"
+
+    def unsupported(self, spec: RunSpec) -> str | None:
+        if spec.workload == "join":
+            return "stream-static joins only; no streaming table from a topic in this peer"
+        return None
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        settings = {
+            "workload": spec.workload,
+            "bootstrap": spec.bootstrap,
+            "input": spec.input_topic,
+            "output": spec.output_topic,
+            "commit_ms": spec.commit_ms,
+            "state_dir": str(spec.work_dir),
+            "partitions": spec.partitions,
+            "progress_file": str(spec.progress_file),
+            "master": spec.spark_master,
+        }
+        return [sys.executable, str(PEERS / "spark_ss_app.py"), json.dumps(settings)], {}
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "guarantee": "at-least-once (Spark's Kafka sink has no exactly-once mode)",
+            "trigger": f"processingTime {spec.commit_ms} ms",
+            "output_mode": "update (windowed counts) / append (pass-through)",
+            "watermark": "2 seconds",
+            "master": spec.spark_master,
+            "shuffle_partitions": spec.partitions,
+        }
+
+    def version(self) -> str:
+        import pyspark
+
+        return f"pyspark {pyspark.__version__} (spark-sql-kafka-0-10)"
+
+
+def spark_progress(spec: RunSpec) -> tuple[float | None, int]:
+    """(epoch start of Spark's first micro-batch, input records consumed so far)."""
+    first, consumed = None, 0
+    try:
+        lines = spec.progress_file.read_text().splitlines()
+    except OSError:
+        return None, 0
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if first is None:
+            first = datetime.fromisoformat(entry["started"].replace("Z", "+00:00")).timestamp()
+        consumed = max(consumed, int(entry["consumed"]))
+    return first, consumed
+
+
+def make_system(name: str) -> System:
+    if name == "fluvial-local":
+        return FluvialSystem("local")
+    if name == "fluvial-spark":
+        return FluvialSystem("spark")
+    if name == "kafka-streams":
+        return KafkaStreamsSystem()
+    if name == "quix":
+        return QuixSystem()
+    if name == "faust":
+        return FaustSystem()
+    if name == "spark-ss":
+        return SparkStructuredStreamingSystem()
+    raise ValueError(f"unknown system {name!r}: use one of {', '.join(ALL_SYSTEMS)}")
+
+
+ALL_SYSTEMS = ("fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss")
+PEER_NAMES = ("kafka-streams", "quix", "faust", "spark-ss")
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    # The peers' interpreters have virtual environments of their own, not the project's.
+    env.pop("VIRTUAL_ENV", None)
+    return env
