@@ -116,6 +116,7 @@ def run_bench(
     rate: int | None = None,
     seconds: float = 20.0,
     master: str = "local[2]",
+    profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run every combination; returns the results document (also written to ``json_out``)."""
     from fluvial.bench.harness import kafka, new_spec, run_latency, run_throughput
@@ -133,6 +134,7 @@ def run_bench(
                             workload, system=name, records=records, partitions=partitions,
                             guarantee=guarantee, commit_ms=commit_ms, bootstrap=servers,
                             work_root=Path(work), spark_master=master,
+                            profile_dir=profile_dir if name.startswith("fluvial") else None,
                         )  # fmt: skip
                         if rate:
                             run = run_latency(system, spec, rate=rate, seconds=seconds)
@@ -145,7 +147,7 @@ def run_bench(
 def _workload_command(workload: str):  # noqa: ANN202 - a typer command
     def command(
         records: Records = 100_000,
-        partitions: Partitions = 2,
+        partitions: Partitions = 1,
         guarantee: Guarantee = "exactly_once_v2",
         commit_interval_ms: CommitMs = 100,
         engine: Engine = "local",
@@ -155,11 +157,15 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
         rate: Rate = None,
         seconds: Seconds = 20.0,
         master: Master = "local[2]",
+        profile: Annotated[
+            Path | None,
+            typer.Option(help="Profile fluvial with py-spy; collapsed stacks go to this folder"),
+        ] = None,
     ) -> None:
         run_bench(
             [workload], _systems(engine, peers), [guarantee], [commit_interval_ms],
             records=records, partitions=partitions, bootstrap=bootstrap_servers,
-            json_out=json_out, rate=rate, seconds=seconds, master=master,
+            json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
         )  # fmt: skip
 
     command.__doc__ = f"Workload {workload}: {WORKLOADS[workload].description}."
@@ -182,7 +188,7 @@ def matrix(
     ),
     commit_intervals: Annotated[str, typer.Option(help="Comma-separated ms")] = "100,1000,30000",
     records: Records = 50_000,
-    partitions: Partitions = 2,
+    partitions: Partitions = 1,
     engine: Engine = "local",
     peers: Peers = "",
     json_out: JsonOut = Path("bench-matrix.json"),

@@ -77,6 +77,7 @@ def new_spec(
     bootstrap: str,
     work_root: Path,
     spark_master: str = "local[2]",
+    profile_dir: Path | None = None,
 ) -> RunSpec:
     token = uuid.uuid4().hex[:8]
     base = f"bench-{workload}-{system}-{token}"
@@ -95,6 +96,7 @@ def new_spec(
         app_id=base,
         work_dir=work_dir,
         spark_master=spark_master,
+        profile_to=(profile_dir / f"{base}.txt") if profile_dir else None,
     )
 
 
@@ -165,6 +167,19 @@ class Launched:
             )  # fmt: skip
         self.tree = ProcessTree(self.proc.pid)
         self.tree.start()
+        self.profiler = None
+        if spec.profile_to is not None:
+            # Attached from outside the tree: py-spy samples every thread of the process and
+            # writes its stacks when the process exits. Its own CPU is not counted.
+            spy = shutil.which("py-spy")
+            if spy is None:
+                raise RuntimeError("--profile needs py-spy: run 'uv sync --group bench'")
+            spec.profile_to.parent.mkdir(parents=True, exist_ok=True)
+            self.profiler = subprocess.Popen(
+                [spy, "record", "--pid", str(self.proc.pid), "--format", "raw", "--rate", "200",
+                 "--output", str(spec.profile_to)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -179,6 +194,8 @@ class Launched:
             os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of its own session only
         code = self.proc.wait(10)
         self.tree.stop()
+        if self.profiler is not None:
+            self.profiler.wait(60)
         return code
 
     def log_tail(self, lines: int = 30) -> str:

@@ -38,6 +38,8 @@ class RunSpec:
     app_id: str
     work_dir: Path
     spark_master: str = "local[2]"
+    # Where to write a py-spy profile (collapsed stacks) of the system's main process, if set.
+    profile_to: Path | None = None
 
     @property
     def exactly_once(self) -> bool:

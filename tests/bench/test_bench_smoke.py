@@ -1,0 +1,74 @@
+"""The bench harness end to end on a tiny input: it proves the harness works, not any speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fluvial.bench.cli import run_bench
+from fluvial.bench.report import write_report
+
+pytestmark = [pytest.mark.slow, pytest.mark.kafka]
+
+
+def test_figure2_on_the_local_engine_reports_sane_numbers(
+    bootstrap_servers: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    data = run_bench(
+        ["figure2"], ["fluvial-local"], ["exactly_once_v2"], [100],
+        records=2_000, partitions=2, bootstrap=bootstrap_servers, json_out=out,
+    )  # fmt: skip
+
+    assert json.loads(out.read_text()) == data
+    [run] = data["runs"]
+    assert run["status"] == "ok", run.get("reason")
+    assert run["throughput_rps"] > 0
+    # Every produced input record was consumed and committed.
+    assert run["input_committed"] == run["input_records"] == 2_000
+    # Caching off: one revision per accepted record, and three quarters of the views are long
+    # enough to count; some may be late across partitions, never more than that.
+    assert 0 < run["output_records"] <= 2_000
+    assert run["cpu_s_per_million"] > 0
+    assert run["peak_rss_mb"] > 0
+    assert data["environment"]["versions"]["kafka"]
+
+
+def test_passthrough_latency_mode_measures_results(bootstrap_servers: str, tmp_path: Path) -> None:
+    data = run_bench(
+        ["passthrough"], ["fluvial-local"], ["at_least_once"], [100],
+        records=0, partitions=1, bootstrap=bootstrap_servers, json_out=None,
+        rate=200, seconds=2,
+    )  # fmt: skip
+
+    [run] = data["runs"]
+    assert run["status"] == "ok", run.get("reason")
+    assert run["results_measured"] > 0
+    assert 0 < run["latency_p50_ms"] <= run["latency_p99_ms"] <= run["latency_max_ms"]
+
+
+def test_report_writes_markdown_for_a_results_file(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the bench dependency group is not installed")
+    results = tmp_path / "r.json"
+    env = {
+        "date": "2026-01-01 00:00 UTC",
+        "machine": {"cpu": "test", "cores": 2, "memory_gib": 24.0, "os": "Linux"},
+        "versions": {"fluvial": "0.1.0", "python": "3.11", "kafka": "4.3.1", "librdkafka": "2"},
+    }
+    run = {
+        "workload": "figure2", "mode": "throughput", "guarantee": "exactly_once_v2",
+        "commit_interval_ms": 100, "records": 10, "partitions": 1, "version": "",
+        "config": {"x": 1}, "status": "ok", "throughput_rps": 1000.0, "seconds": 0.01,
+        "startup_s": 1.0, "cpu_s_per_million": 5.0, "peak_rss_mb": 50.0, "output_records": 10,
+    }  # fmt: skip
+    runs = [{**run, "system": "fluvial-local"}, {**run, "system": "quix", "throughput_rps": 250.0}]
+    results.write_text(json.dumps({"environment": env, "command": "", "runs": runs}))
+
+    report = write_report([results], tmp_path / "report")
+
+    text = report.read_text()
+    assert "| fluvial-local | figure2 |" in text
+    assert "4.00x" in text  # fluvial / Quix, and the >= 3x target met
+    assert (tmp_path / "report" / "throughput.png").stat().st_size > 0
