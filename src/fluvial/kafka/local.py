@@ -276,7 +276,9 @@ class LocalKafka:
             candidate = free_port()
             if candidate not in controller_ports and candidate not in self.broker_ports:
                 controller_ports.append(candidate)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # a leading '-' would read as a command-line flag
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         cluster = _ClusterFile(cluster_id, self.brokers, self.port, controller_ports, self.heap)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._cluster_path().write_text(json.dumps(asdict(cluster), indent=2))
