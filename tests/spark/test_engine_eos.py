@@ -74,7 +74,10 @@ def test_figure2_eos_on_spark_survives_python_worker_kill_9(
         time.sleep(rng.uniform(1.0, 3.0))
         if len(killed) < 4:
             # Leases last 2 s and commits come every 300 ms: most kills land mid-transaction.
+            # One kill per completed lease, so Spark's retries (4 attempts) are never used up.
+            completed = len(runner.leases())
             kill_slot_worker(runner, killed)
+            wait_until(lambda n=completed: len(runner.leases()) > n, 90, "the lease to end")
     try:
         wait_for_oracle(runner, oracle)
     finally:
