@@ -221,6 +221,18 @@ def setup_peers(
     Console().print(table)
 
 
+@bench_app.command("hotspots")
+def hotspots(
+    profile: Annotated[Path, typer.Argument(help="A py-spy profile written by --profile")],
+    top: Annotated[int, typer.Option(help="How many functions to list")] = 25,
+    thread: Annotated[str, typer.Option(help="Only stacks of threads whose name has this")] = "",
+) -> None:
+    """The functions a profile spends its time in, by self and by inclusive time."""
+    from fluvial.bench.hotspots import format_hotspots
+
+    Console().print(format_hotspots(profile, top=top, thread_filter=thread), highlight=False)
+
+
 @bench_app.command("report")
 def report(
     files: Annotated[list[Path], typer.Argument(help="JSON results of 'fluvial bench ... --json'")],

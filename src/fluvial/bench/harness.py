@@ -18,6 +18,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -171,7 +172,8 @@ class Launched:
         if spec.profile_to is not None:
             # Attached from outside the tree: py-spy samples every thread of the process and
             # writes its stacks when the process exits. Its own CPU is not counted.
-            spy = shutil.which("py-spy")
+            beside = Path(sys.executable).parent / "py-spy"
+            spy = str(beside) if beside.exists() else shutil.which("py-spy")
             if spy is None:
                 raise RuntimeError("--profile needs py-spy: run 'uv sync --group bench'")
             spec.profile_to.parent.mkdir(parents=True, exist_ok=True)
