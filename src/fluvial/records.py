@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
@@ -51,11 +51,16 @@ class Record(Generic[K, V]):
     partition: int | None = None
     offset: int | None = None
 
+    # These run once per record per operator: direct construction, because
+    # dataclasses.replace() inspects the fields on every call. The same objects are shared.
     def with_key_value(self, key: Any, value: Any) -> Record[Any, Any]:
-        return replace(self, key=key, value=value)
+        return Record(key, value, self.timestamp_ms, self.headers, self.topic, self.partition,
+                      self.offset)  # fmt: skip
 
     def with_value(self, value: Any) -> Record[Any, Any]:
-        return replace(self, value=value)
+        return Record(self.key, value, self.timestamp_ms, self.headers, self.topic,
+                      self.partition, self.offset)  # fmt: skip
 
     def with_timestamp(self, timestamp_ms: int) -> Record[Any, Any]:
-        return replace(self, timestamp_ms=timestamp_ms)
+        return Record(self.key, self.value, timestamp_ms, self.headers, self.topic,
+                      self.partition, self.offset)  # fmt: skip

@@ -53,6 +53,10 @@ class Serde(Generic[T]):
         self._deserialize_fn: Callable[[str | None, bytes], T] = lambda _topic, data: (
             deserialize_fn(data)
         )
+        # Topic-blind functions are called directly on the hot path (a frame less per record
+        # and serde); ``_with_topic`` serdes clear them and go through the functions above.
+        self._plain_serialize: Callable[[T], bytes] | None = serialize_fn
+        self._plain_deserialize: Callable[[bytes], T] | None = deserialize_fn
         self.name = name
 
     @classmethod
@@ -66,6 +70,7 @@ class Serde(Generic[T]):
         serde: Serde[T] = cls(bytes, bytes, name)  # type: ignore[arg-type]
         serde._serialize_fn = serialize_fn
         serde._deserialize_fn = deserialize_fn
+        serde._plain_serialize = serde._plain_deserialize = None
         return serde
 
     @classmethod
@@ -83,7 +88,8 @@ class Serde(Generic[T]):
         if obj is None:
             return None
         try:
-            data = self._serialize_fn(topic, obj)
+            plain = self._plain_serialize
+            data = plain(obj) if plain is not None else self._serialize_fn(topic, obj)
         except SerializationError:
             raise
         except Exception as exc:
@@ -104,7 +110,8 @@ class Serde(Generic[T]):
         if data is None:
             return None
         try:
-            return self._deserialize_fn(topic, data)
+            plain = self._plain_deserialize
+            return plain(data) if plain is not None else self._deserialize_fn(topic, data)
         except SerializationError:
             raise
         except Exception as exc:

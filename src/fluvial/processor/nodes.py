@@ -55,10 +55,20 @@ class SinkProcessor(Processor[Any, Any]):
             self.context.metrics.increment(RECORDS_PRODUCED)
 
 
+# Inferred serdes by exact type, for the types whose serde depends on the type alone (not
+# Windowed, whose serde depends on the window size and the inner key).
+_INFERRED_BY_TYPE: dict[type, Serde[Any]] = {}
+
+
 def _serialize(serde: Serde[Any] | None, topic: str, obj: Any, what: str) -> bytes | None:
     if serde is not None:
         return serde.serialize(topic, obj)
-    return inferred_serde(obj, topic, what).serialize(topic, obj)
+    inferred = _INFERRED_BY_TYPE.get(type(obj))
+    if inferred is None:
+        inferred = inferred_serde(obj, topic, what)
+        if not isinstance(obj, Windowed):
+            _INFERRED_BY_TYPE[type(obj)] = inferred
+    return inferred.serialize(topic, obj)
 
 
 def inferred_serde(obj: Any, topic: str, what: str) -> Serde[Any]:

@@ -232,6 +232,13 @@ class StreamTask:
         While some partition is empty the task may wait up to ``max_task_idle_ms`` of wall-clock
         time for it, since its next record could be older than every buffered one.
         """
+        if len(self._queues) == 1:
+            # One input partition, the common case: nothing to choose and nothing to wait for.
+            [(tp, queue)] = self._queues.items()
+            if not queue:
+                return None
+            self._idle_since = None
+            return tp
         ready = [tp for tp, queue in self._queues.items() if queue]
         if not ready:
             return None

@@ -248,6 +248,8 @@ class Worker:
         assert self._consumer is not None
         buffered = any(t.buffered_records() for t in self.tasks.values())
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
+        # Group by partition and hand each task its records in one call, in offset order.
+        batches: dict[tuple[str, int], list[ConsumedRecord]] = {}
         for msg in messages:
             error = msg.error()
             if error is not None:
@@ -256,16 +258,17 @@ class Worker:
                 log.warning("consumer: %s", error.str())
                 continue
             tp = (msg.topic(), msg.partition())
-            task = self._task_by_tp.get(tp)
-            if task is None:
-                continue
+            batch = batches.get(tp)
+            if batch is None:
+                if tp not in self._task_by_tp:
+                    continue
+                batch = batches[tp] = []
             _ts_type, timestamp = msg.timestamp()
-            task.add_records(
-                tp[0], tp[1],
-                [ConsumedRecord(msg.key(), msg.value(), timestamp, msg.offset(),
-                                list(msg.headers() or []))],
-            )  # fmt: skip
-            self.metrics.records_in += 1
+            batch.append(ConsumedRecord(msg.key(), msg.value(), timestamp, msg.offset(),
+                                        msg.headers() or []))  # fmt: skip
+        for (topic, partition), batch in batches.items():
+            self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
+            self.metrics.records_in += len(batch)
         if self.global_tables is not None:
             self.global_tables.poll(0.0)
         self._process()
