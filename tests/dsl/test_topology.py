@@ -185,3 +185,13 @@ def test_every_problem_is_reported_at_once():
         builder.build()
     assert "'s' is defined twice" in str(error.value)
     assert "'nope'" in str(error.value)
+
+
+def test_materialized_passed_as_a_name_is_a_clear_error():
+    import pytest
+
+    from fluvial import Materialized, StreamsBuilder
+
+    grouped = StreamsBuilder().stream("in").group_by_key()
+    with pytest.raises(TypeError, match="materialized=Materialized"):
+        grouped.aggregate(dict, lambda k, v, agg: agg, Materialized.as_("store"))

@@ -39,7 +39,17 @@ NamedArg = Named | str | None
 
 
 def named_value(named: NamedArg) -> str | None:
-    return named.name if isinstance(named, Named) else named
+    if isinstance(named, Named):
+        return named.name
+    if named is not None and not isinstance(named, str):
+        # Kafka Streams takes Materialized positionally here; fluvial keeps names and stores
+        # apart, so say which keyword to use instead of failing later in build().
+        kind = type(named).__name__
+        raise TypeError(
+            f"expected a processor name (str or Named) but got a {kind}: pass it by keyword, "
+            f"e.g. {kind.lower()}={kind}.as_(...)"
+        )
+    return named
 
 
 class KStream:

@@ -1,0 +1,1 @@
+"""``fluvial verify``: the exactly-once fault matrix, runnable on demand with a seed."""
