@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -123,6 +125,9 @@ def run_bench(
     from fluvial.bench.systems import make_system
 
     results = Results(json_out)
+    # SIGTERM unwinds like Ctrl-C: the run's processes are stopped and the private Kafka too.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     with tempfile.TemporaryDirectory(prefix="fluvial-bench-") as work, kafka(bootstrap) as servers:
         console.print(f"bench: Kafka at {servers}; work in {work}", highlight=False)
         for workload in workloads:
@@ -142,6 +147,10 @@ def run_bench(
                             run = run_throughput(system, spec)
                         results.add(run)
     return results.data
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _workload_command(workload: str):  # noqa: ANN202 - a typer command

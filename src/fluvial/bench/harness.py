@@ -238,6 +238,7 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
     if reason:
         return {**result, "status": "skipped", "reason": reason}
     inputs = _create_topics(spec)
+    launched: Launched | None = None
     try:
         expected = preload(spec)
         launched = Launched(system, spec)
@@ -280,6 +281,8 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
         )
         return result
     finally:
+        if launched is not None and launched.alive():
+            launched.stop()  # interrupted: leave no process of the run behind
         _delete_topics(spec, spec.app_id)
         shutil.rmtree(spec.work_dir / "state", ignore_errors=True)
 

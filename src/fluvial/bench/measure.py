@@ -135,6 +135,9 @@ class Progress:
                 # subscribes never joins the group or disturbs its assignment.
                 "group.id": self.group,
                 "enable.auto.commit": False,
+                # End offsets must count records of open transactions too (a system's first
+                # write is one); read_committed would report the last stable offset instead.
+                "isolation.level": "read_uncommitted",
             }
         )
         self._tps = [TopicPartition(t, p) for t, n in self.inputs.items() for p in range(n)]

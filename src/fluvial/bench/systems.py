@@ -104,11 +104,12 @@ class FluvialSystem(System):
             "processing_guarantee": spec.guarantee,
             "commit_interval_ms": spec.commit_ms,
             "cache_max_bytes": 0,
-            "workers": 1,
             "state": "RocksDB (default stores)",
         }
         if self.engine == "spark":
             cfg["master"] = spec.spark_master
+        else:
+            cfg["workers"] = 1
         return cfg
 
     def version(self) -> str:
