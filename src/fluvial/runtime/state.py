@@ -59,6 +59,12 @@ def make_transactional(store: StateStore) -> StateStore:
     if isinstance(node, TransactionalStore) or not node.persistent:
         return store
     layer = _transactional(node)
+    # Wrappers may already listen to the bottom store's writes (a timestamped view does, from
+    # its constructor). Writes now happen in the layer, so its listener must be theirs.
+    listener = node.__dict__.get("_listener")
+    if listener is not None:
+        layer.set_change_listener(listener)
+        node.set_change_listener(None)
     if parent is None:
         return layer
     parent.inner = layer

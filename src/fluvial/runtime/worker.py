@@ -174,7 +174,9 @@ class Worker:
                 # Restore up to the changelog offsets committed with the input offsets: under
                 # at-least-once the changelog may run further, with writes of records that
                 # will be processed again.
-                limits = dict(metadata.changelog_ends)
+                # Under exactly-once the read_committed changelog is exactly the committed
+                # state, so it is restored to its end.
+                limits = {} if self.eos else dict(metadata.changelog_ends)
                 if not self.eos and not any(tp in committed for tp in tps):
                     # Nothing committed yet: every input record will be processed again, so
                     # no changelog record belongs to the committed state.
@@ -232,8 +234,14 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 self.run_once()
-        except BaseException:
+        except BaseException as exc:
             self.close(clean=False)
+            error = _kafka_error(exc)
+            if error is not None and _is_fenced(error):
+                raise FencedError(
+                    f"slot {self.slot} was fenced: a newer instance runs its tasks now, so this "
+                    "one stops and its open transaction is discarded"
+                ) from exc
             raise
         self.close(clean=True)
 
@@ -381,8 +389,11 @@ class Worker:
         for attempt in range(5):
             try:
                 return action()
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
+            except (KafkaException, SystemError) as exc:
+                found = _kafka_error(exc)
+                if found is None:
+                    raise
+                error: KafkaError = found
                 if _is_fenced(error):
                     raise FencedError(
                         f"slot {self.slot} was fenced during {what}: a newer instance runs its "
@@ -463,6 +474,20 @@ _TRANSIENT = (
     KafkaError._TIMED_OUT,
     KafkaError.REQUEST_TIMED_OUT,
 )
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    """The Kafka error behind an exception, if any.
+
+    A fatal producer error can surface from inside a delivery callback as a ``SystemError``
+    whose cause is the ``KafkaException``.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError):
+            return seen.args[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _is_fenced(error: KafkaError) -> bool:

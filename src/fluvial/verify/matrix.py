@@ -118,6 +118,18 @@ def _wait(condition: Callable[[], object], timeout_s: float, interval_s: float =
     return False
 
 
+def _committed_total(bootstrap: str, env: dict[str, str], topic: str) -> int:
+    """Sum of the application's committed input offsets (grows with every commit)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": env["FLUVIAL_VERIFY_APP_ID"]})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=30))
+    except Exception:
+        return -1
+    finally:
+        consumer.close()
+
+
 def _prefix_aggregates(values: list[int]) -> list[dict[str, int]]:
     out, total, lo, hi = [], 0, None, None
     for count, value in enumerate(values, start=1):
@@ -220,6 +232,7 @@ def run_matrix(
         raise ValueError(f"unknown fault(s) {sorted(unknown)}: choose from {', '.join(FAULTS)}")
     rng = random.Random(seed)
     work = Path(work_dir or tempfile.mkdtemp(prefix="fluvial-verify-"))
+    work.mkdir(parents=True, exist_ok=True)
     cluster: LocalKafka | None = None
     if bootstrap_servers is None:
         port = free_port()
@@ -287,6 +300,12 @@ def run_matrix(
                 app = _App(env, engine, work).start(work / f"state-{generation % 2}")
             elif fault == "zombie":
                 zombie = app
+                # A zombie is an instance that did hold the slot: stop it only once it has
+                # committed (its transactional id is initialised), then mid-transaction.
+                before = _committed_total(bootstrap_servers, env, topics["input"])
+                _wait(lambda: _committed_total(bootstrap_servers, env, topics["input"]) > before
+                      or zombie.proc.poll() is not None, 120, interval_s=0.3)  # fmt: skip
+                time.sleep(rng.uniform(0.05, 0.25))
                 zombie.signal(signal.SIGSTOP)
                 # The successor runs on "another machine" (state dir) and fences the zombie.
                 app = _App(env, engine, work).start(work / f"state-z{generation}")
