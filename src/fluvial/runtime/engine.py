@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
@@ -143,7 +143,12 @@ class Application:
                 self.errors.append(error)
                 self.stop_event.set()
                 return
-            except StreamsError as error:
+            except (StreamsError, KafkaException) as error:
+                if isinstance(error, KafkaException) and error.args[0].fatal():
+                    log.error("slot %d failed: %s", worker.slot, error)
+                    self.errors.append(error)
+                    self.stop_event.set()
+                    return
                 # Abortable: the transaction is gone, local state falls back to the last commit
                 # and processing resumes from the committed offsets.
                 restarts += 1

@@ -22,7 +22,7 @@ from fluvial.runtime.metrics import summarize
 from fluvial.topology.topology import Topology
 
 STATUS_INTERVAL_S = 0.5
-PLAIN_STATUS_INTERVAL_S = 10.0
+PLAIN_STATUS_INTERVAL_S = 5.0
 
 
 def status_line(app: Application, started: float) -> str:

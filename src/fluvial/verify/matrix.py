@@ -76,8 +76,8 @@ class _App:
     def start(self, state_dir: Path) -> _App:
         env = {**os.environ, **self.env, "FLUVIAL_VERIFY_STATE_DIR": str(state_dir)}
         self.log = self.log_dir / f"app-{time.monotonic_ns()}.log"
-        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", self.engine,
-               "--quiet"]  # fmt: skip
+        # Not --quiet: the log keeps a status line every few seconds, for post-mortems.
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", self.engine]
         if self.engine == "spark":
             cmd += ["--master", "local[2]"]
         with open(self.log, "wb") as out:
@@ -303,8 +303,12 @@ def run_matrix(
                 # A zombie is an instance that did hold the slot: stop it only once it has
                 # committed (its transactional id is initialised), then mid-transaction.
                 before = _committed_total(bootstrap_servers, env, topics["input"])
-                _wait(lambda: _committed_total(bootstrap_servers, env, topics["input"]) > before
-                      or zombie.proc.poll() is not None, 120, interval_s=0.3)  # fmt: skip
+
+                def committed_since(z: _App = zombie, mark: int = before) -> bool:
+                    total = _committed_total(bootstrap_servers, env, topics["input"])
+                    return total > mark or z.proc is None or z.proc.poll() is not None
+
+                _wait(committed_since, 120, interval_s=0.3)
                 time.sleep(rng.uniform(0.05, 0.25))
                 zombie.signal(signal.SIGSTOP)
                 # The successor runs on "another machine" (state dir) and fences the zombie.
