@@ -112,7 +112,9 @@ class TaskState:
         )
 
     def close(self) -> None:
-        # Closing a transactional store drops uncommitted writes, as a crash would.
+        # Closing a transactional store drops uncommitted writes, as a crash would. The task
+        # may never have started (a failed restore), so close it here too; closing is idempotent.
+        self.task.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -230,8 +230,10 @@ class Worker:
 
     def run(self) -> None:
         """Run until the stop event is set, then commit and close."""
-        self.start()
         try:
+            # Inside the try: a start that fails half-way (a broker down during restore) must
+            # still release the stores it opened, or the next attempt finds them locked.
+            self.start()
             while not self.stop_event.is_set():
                 self.run_once()
         except BaseException as exc:
