@@ -150,12 +150,12 @@ def describe(
     app_id = loaded.config.application_id if loaded.config else None
     description = loaded.topology.describe(app_id)
     if fmt == "text":
-        out.print(str(description), highlight=False, markup=False)
+        out.print(str(description), highlight=False, markup=False, soft_wrap=True)
     elif fmt in ("dot", "mermaid"):
         render = getattr(description, f"to_{fmt}", None)
         if render is None:
             _fail(FluvialError(f"--format {fmt} is not available yet; use --format text"))
-        out.print(render(), highlight=False, markup=False)
+        out.print(render(), highlight=False, markup=False, soft_wrap=True)
     else:
         _fail(FluvialError(f"unknown --format {fmt!r}: use text, dot or mermaid"))
 
@@ -261,6 +261,42 @@ def demo(
     except FluvialError as error:
         _fail(error)
     raise typer.Exit(code=code)
+
+
+@app.command("verify")
+def verify(
+    seed: Annotated[int, typer.Option(help="Seed of the input and the fault schedule")] = 1,
+    guarantee: Annotated[str, typer.Option(help="exactly_once_v2 or at_least_once")] = (
+        "exactly_once_v2"
+    ),
+    engine: Annotated[str, typer.Option(help="local or spark")] = "local",
+    records: Annotated[int, typer.Option(help="Input records")] = 6000,
+    faults: Annotated[str, typer.Option(help="Comma-separated: kill-app,zombie,kill-broker")] = (
+        "kill-app,zombie,kill-broker"
+    ),
+    fault_count: Annotated[int, typer.Option(help="How many faults to inject")] = 6,
+    commit_interval_ms: Annotated[int, typer.Option(help="Commit interval of the app")] = 500,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="Use this cluster instead of a private 3-broker one")
+    ] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the report here")] = None,
+) -> None:
+    """Run the exactly-once fault matrix and check the output record by record."""
+    from fluvial.verify.matrix import report_json, run_matrix
+
+    report = run_matrix(
+        seed=seed, guarantee=guarantee, engine=engine, records=records,
+        faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
+        fault_count=fault_count, commit_interval_ms=commit_interval_ms,
+        bootstrap_servers=bootstrap_servers,
+        progress=lambda msg: console.print(f"verify: {msg}", highlight=False),
+    )  # fmt: skip
+    for problem in report.problems:
+        console.print(f"  problem: {problem}", highlight=False)
+    if json_file is not None:
+        json_file.write_text(report_json(report))
+    out.print(report.summary(), highlight=False)
+    raise typer.Exit(code=0 if report.verdict == "PASS" else 1)
 
 
 def main() -> None:
