@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 BATCH = 2000
 TIMEOUT_S = 60.0
+# How long the readable end may stay short of the changelog's end before the rest is taken to
+# be transaction markers that are never delivered.
+EOF_PATIENCE_S = 10.0
 
 
 class Restorer:
@@ -75,6 +78,7 @@ class Restorer:
         consumer.assign([TopicPartition(topic, partition, start)])
         restored = 0
         position = start
+        stalled_since = time.monotonic()
         deadline = time.monotonic() + 10 * TIMEOUT_S
         while position < end:
             if time.monotonic() > deadline:
@@ -84,10 +88,23 @@ class Restorer:
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        position = end  # read_committed reads stop at the stable offset
+                        # The end of what is readable now. Transaction markers take offsets
+                        # but are never delivered, so only the consumer's position says
+                        # whether the end was reached; an end short of it means an abort's
+                        # markers are still being written: keep reading.
+                        [tp] = consumer.position([TopicPartition(topic, partition)])
+                        if tp.offset > position:
+                            position, stalled_since = tp.offset, time.monotonic()
+                        elif time.monotonic() - stalled_since > EOF_PATIENCE_S:
+                            log.warning("restoring %s-%d: end %d not reached, stopping at %d",
+                                        topic, partition, end, position)  # fmt: skip
+                            position = end
+                        if position < end:
+                            time.sleep(0.05)
                         continue
                     raise StreamsError(f"restoring {topic}-{partition} failed: {error.str()}")
                 position = msg.offset() + 1
+                stalled_since = time.monotonic()
                 batch.append(ChangelogRecord(msg.key(), msg.value(), msg.timestamp()[1]))
             if batch:
                 task.restore(store_name, batch)
