@@ -295,6 +295,13 @@ def verify(
         console.print(f"  problem: {problem}", highlight=False)
     if json_file is not None:
         json_file.write_text(report_json(report))
+    from rich.table import Table
+
+    table = Table("fault", "injected", "records checked", "duplicates", "lost", "verdict")
+    for kind in dict.fromkeys(report.faults) or ["(none)"]:
+        table.add_row(kind, str(report.faults.count(kind)), str(report.records),
+                      str(report.duplicates), str(report.lost), report.verdict)  # fmt: skip
+    out.print(table)
     out.print(report.summary(), highlight=False)
     raise typer.Exit(code=0 if report.verdict == "PASS" else 1)
 
