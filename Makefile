@@ -5,7 +5,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 .PHONY: setup jars lint format typecheck test test-fast demo clean
 
 setup:  ## install the Python environment (uv) and resolve the Kafka and Spark jars once
-	$(UV) sync --frozen
+	$(UV) sync --frozen --group bench
 	$(UV) run python -m fluvial.jvm
 
 jars: setup

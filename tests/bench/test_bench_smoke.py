@@ -50,7 +50,6 @@ def test_passthrough_latency_mode_measures_results(bootstrap_servers: str, tmp_p
 
 
 def test_report_writes_markdown_for_a_results_file(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="the bench dependency group is not installed")
     results = tmp_path / "r.json"
     env = {
         "date": "2026-01-01 00:00 UTC",
