@@ -38,6 +38,25 @@ def create_topics(
     if not specs:
         return
     admin = admin_client(bootstrap_servers, **(admin_config or {}))
+    for attempt in range(5):
+        try:
+            _create(admin, specs, timeout_s, exist_ok)
+            break
+        except _Transient:
+            if attempt == 4:
+                raise FluvialError(
+                    f"could not create topics {[s.name for s in specs]}: the cluster did not "
+                    "answer in time (is a broker down?)"
+                ) from None
+            time.sleep(1.0 + attempt)
+    _wait_for_leaders(admin, {s.name: s.partitions for s in specs}, timeout_s)
+
+
+class _Transient(Exception):
+    """A controller or broker that did not answer in time: worth another try."""
+
+
+def _create(admin: AdminClient, specs: list[TopicSpec], timeout_s: float, exist_ok: bool) -> None:
     new = [
         NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
                  config=dict(s.config))
@@ -49,8 +68,9 @@ def create_topics(
         except KafkaException as error:
             if exist_ok and error.args[0].name() == "TOPIC_ALREADY_EXISTS":
                 continue
+            if error.args[0].retriable() or "Timed out" in error.args[0].str():
+                raise _Transient() from error
             raise FluvialError(f"could not create topic {name!r}: {error.args[0].str()}") from None
-    _wait_for_leaders(admin, {s.name: s.partitions for s in specs}, timeout_s)
 
 
 def _wait_for_leaders(admin: AdminClient, expected: dict[str, int], timeout_s: float) -> None:

@@ -103,6 +103,9 @@ class Restorer:
                             time.sleep(0.05)
                         continue
                     raise StreamsError(f"restoring {topic}-{partition} failed: {error.str()}")
+                if msg.offset() >= end:
+                    position = end  # records past the limit belong to uncommitted input
+                    continue
                 position = msg.offset() + 1
                 stalled_since = time.monotonic()
                 batch.append(ChangelogRecord(msg.key(), msg.value(), msg.timestamp()[1]))
