@@ -318,6 +318,9 @@ class LocalKafka:
             "log.retention.hours": -1,
             "log.segment.bytes": 64 * 1024 * 1024,
             "unclean.leader.election.enable": "false",
+            # Abort timed-out transactions within a second of their timeout (default 10 s), so
+            # a writer that overruns transaction.timeout.ms finds out promptly.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
         }
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         (node_dir / "server.properties").write_text(text)
