@@ -27,6 +27,7 @@ from fluvial.topology.topology import Topology
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 10
+HEALTHY_RUN_S = 60.0
 
 
 def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> list[TaskId]:
@@ -135,6 +136,7 @@ class Application:
     def _run_worker(self, worker: Worker) -> None:
         restarts = 0
         while not self.stop_event.is_set():
+            started = time.monotonic()
             try:
                 worker.run()
                 return
@@ -151,6 +153,10 @@ class Application:
                     return
                 # Abortable: the transaction is gone, local state falls back to the last commit
                 # and processing resumes from the committed offsets.
+                # The budget is for failures in a row: a slot that ran a while since its last
+                # restart starts over, so a long run survives any number of broker restarts.
+                if time.monotonic() - started >= HEALTHY_RUN_S:
+                    restarts = 0
                 restarts += 1
                 if restarts > MAX_RESTARTS:
                     self.errors.append(error)

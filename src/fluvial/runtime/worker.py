@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TIMEOUT_S = 60.0
+# A transactional client call still blocked after this long is taken as hung: the slot gives
+# up on its producer and restarts. Broker failovers settle within seconds.
+TXN_CALL_DEADLINE_S = 30.0
 MAX_BUFFERED_PER_PARTITION = 5000
 PROCESS_BATCH = 500
 REPARTITION_PURGE_INTERVAL_S = 30.0
@@ -83,6 +86,7 @@ class Worker:
         self._task_by_tp: dict[tuple[str, int], StreamTask] = {}
         self._paused: set[tuple[str, int]] = set()
         self._producer: Producer | None = None
+        self._producer_hung = False
         self._consumer: Consumer | None = None
         self._collector: KafkaRecordCollector | None = None
         self._dirty = False
@@ -102,7 +106,12 @@ class Worker:
         if self.eos:
             # Fence first: this aborts any transaction a previous holder of the slot left open,
             # so the changelogs and committed offsets read below are final.
-            self._call(lambda: self._producer.init_transactions(TIMEOUT_S), "init transactions")
+            self._call(
+                lambda: self._bounded(
+                    lambda: self._producer.init_transactions(TIMEOUT_S), "init transactions"
+                ),
+                "init transactions",
+            )
         changelogs: set[str] = set()
         for sub in self.topology.subtopologies(self.config.application_id):
             changelogs |= set(sub.changelog_topics().values())
@@ -217,6 +226,11 @@ class Worker:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            if self._producer is not None and self._producer_hung:
+                # A call is still blocked inside it: any other call could block as well.
+                self._producer_hung = False
+                self._producer = None
+                self._collector = None
             if self._producer is not None:
                 if self.eos and not clean:
                     # Fenced or already aborted is fine: nothing of it becomes visible.
@@ -364,10 +378,18 @@ class Worker:
             if tps:
                 group = self._consumer.consumer_group_metadata()
                 self._call(
-                    lambda: self._producer.send_offsets_to_transaction(tps, group, TIMEOUT_S),
+                    lambda: self._bounded(
+                        lambda: self._producer.send_offsets_to_transaction(tps, group, TIMEOUT_S),
+                        "send offsets",
+                    ),
                     "send offsets",
                 )
-            self._call(lambda: self._producer.commit_transaction(TIMEOUT_S), "commit")
+            self._call(
+                lambda: self._bounded(
+                    lambda: self._producer.commit_transaction(TIMEOUT_S), "commit"
+                ),
+                "commit",
+            )
         elif tps:
             self._call(lambda: self._consumer.commit(offsets=tps, asynchronous=False), "commit")
         # Only now is the changelog durable in Kafka: the local stores may record it.
@@ -385,6 +407,37 @@ class Worker:
         self._refresh_metrics()
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
+
+    def _bounded(self, action: Callable[[], T], what: str) -> T:
+        """Run a transactional client call with a deadline of our own.
+
+        The Kafka client can block in a transactional call far past the timeout it was given
+        (seen in send offsets after the group coordinator's broker was killed and restarted,
+        for good): the slot would never commit again. Past the deadline the producer is abandoned,
+        never called again, and the slot restarts from the last commit; the new producer's
+        init_transactions fences the abandoned one and aborts its transaction.
+        """
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(action())
+            except BaseException as exc:
+                failure.append(exc)
+
+        helper = threading.Thread(target=run, name=f"fluvial-slot-{self.slot}-txn", daemon=True)
+        helper.start()
+        helper.join(TXN_CALL_DEADLINE_S)
+        if helper.is_alive():
+            self._producer_hung = True
+            raise StreamsError(
+                f"{what} did not return within {TXN_CALL_DEADLINE_S:g} s; slot {self.slot} "
+                "drops its producer and open transaction and restarts from the last commit"
+            )
+        if failure:
+            raise failure[0]
+        return outcome[0]
 
     def _call(self, action: Callable[[], T], what: str) -> T:
         """Run a client call: retry what is retriable, turn fencing into :class:`FencedError`."""
