@@ -1,5 +1,5 @@
 """The fault matrix on three brokers: kill -9 of the app and of a partition leader, a SIGSTOP
-zombie, while input flows. The verifier checks every committed record against the input."""
+zombie, while input flows. Each fault kind is its own scenario, checked record by record."""
 
 from __future__ import annotations
 
@@ -7,36 +7,78 @@ from pathlib import Path
 
 import pytest
 
-from fluvial.verify.matrix import VerifyReport, run_matrix, verify_outputs
+from fluvial.kafka.local import LocalKafka
+from fluvial.verify.check import VerifyReport, verify_outputs
+from fluvial.verify.matrix import MatrixReport, run_matrix
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def test_exactly_once_under_every_fault(tmp_path: Path) -> None:
-    report = run_matrix(seed=42, records=3000, fault_count=6, commit_interval_ms=300,
-                        work_dir=tmp_path)  # fmt: skip
-    assert report.faults.count("kill-app") >= 2
-    assert "zombie" in report.faults and "kill-broker" in report.faults
-    assert report.records == 3000
-    assert (report.duplicates, report.lost, report.bad_revisions, report.wrong_finals) == (
-        0, 0, 0, 0,
-    ), report.problems  # fmt: skip
+def assert_clean(report: MatrixReport, faults_per_kind: int, records: int) -> None:
+    for scenario in report.scenarios:
+        detail = (scenario.summary(), scenario.problems)
+        assert scenario.injected == faults_per_kind, detail
+        assert scenario.records == records, detail
+        counts = (scenario.duplicates, scenario.lost, scenario.bad_revisions, scenario.wrong_finals)
+        assert counts == (0, 0, 0, 0), detail
+        assert scenario.verdict == "PASS", detail
     assert report.verdict == "PASS"
 
 
-def test_kills_inside_long_open_transactions(tmp_path: Path) -> None:
-    """A 5 s commit interval: every kill lands with a transaction open."""
-    report = run_matrix(seed=7, records=2000, faults=("kill-app",), fault_count=4,
-                        commit_interval_ms=5000, work_dir=tmp_path)  # fmt: skip
-    assert report.verdict == "PASS", (report.summary(), report.problems)
-
-
-def test_at_least_once_loses_nothing(tmp_path: Path) -> None:
-    report = run_matrix(seed=3, records=2000, guarantee="at_least_once", fault_count=3,
-                        faults=("kill-app", "kill-broker"), commit_interval_ms=1000,
+def test_exactly_once_under_every_fault(three_brokers: LocalKafka, tmp_path: Path) -> None:
+    report = run_matrix(seed=42, records=1500, fault_count=2, duration_s=20,
+                        commit_interval_ms=300, cluster=three_brokers,
                         work_dir=tmp_path)  # fmt: skip
-    assert report.lost == 0 and report.wrong_finals == 0, report.problems
+    assert [s.fault for s in report.scenarios] == ["kill-app", "zombie", "kill-broker"]
+    assert_clean(report, faults_per_kind=2, records=1500)
+    # One row per fault kind with its own numbers, then the overall verdict.
+    rows = report.table_rows()
+    assert [r[:3] for r in rows] == [
+        ("kill-app", "2", "1500"), ("zombie", "2", "1500"), ("kill-broker", "2", "1500"),
+        ("all", "6", "4500"),
+    ]  # fmt: skip
+
+
+def test_kills_inside_long_open_transactions(three_brokers: LocalKafka, tmp_path: Path) -> None:
+    """A 3 s commit interval: every kill lands with a transaction open."""
+    report = run_matrix(seed=7, records=1500, faults=("kill-app",), fault_count=3,
+                        duration_s=30, commit_interval_ms=3000, cluster=three_brokers,
+                        work_dir=tmp_path)  # fmt: skip
+    assert_clean(report, faults_per_kind=3, records=1500)
+
+
+def test_at_least_once_loses_nothing(three_brokers: LocalKafka, tmp_path: Path) -> None:
+    report = run_matrix(seed=3, records=1500, guarantee="at_least_once", fault_count=2,
+                        faults=("kill-app", "kill-broker"), duration_s=15,
+                        commit_interval_ms=1000, cluster=three_brokers,
+                        work_dir=tmp_path)  # fmt: skip
+    for scenario in report.scenarios:
+        assert scenario.injected == 2, scenario.problems
+        assert scenario.lost == 0 and scenario.wrong_finals == 0, scenario.problems
     assert report.verdict == "PASS"
+
+
+@pytest.mark.spark
+def test_exactly_once_on_spark_under_worker_and_driver_kills(
+    three_brokers: LocalKafka, tmp_path: Path
+) -> None:
+    """kill -9 of the PySpark worker running a slot (Spark retries the task, which fences the
+    killed attempt), and kill -9 of the driver's whole process group."""
+    report = run_matrix(seed=11, engine="spark", records=1500, fault_count=2, duration_s=45,
+                        commit_interval_ms=500, spark_lease_ms=2500, cluster=three_brokers,
+                        work_dir=tmp_path)  # fmt: skip
+    assert [s.fault for s in report.scenarios] == ["kill-spark-worker", "kill-app"]
+    assert_clean(report, faults_per_kind=2, records=1500)
+    worker_kills = report.scenarios[0]
+    # The kills were Spark task failures that Spark itself retried within the lease.
+    assert worker_kills.task_retries >= 1, worker_kills
+
+
+def test_faults_must_apply_to_the_engine() -> None:
+    with pytest.raises(ValueError, match="kill-spark-worker"):
+        run_matrix(engine="local", faults=("kill-spark-worker",))
+    with pytest.raises(ValueError, match="zombie"):
+        run_matrix(engine="spark", faults=("zombie",))
 
 
 def test_the_verifier_catches_a_duplicate(bootstrap_servers: str, topic_factory) -> None:
@@ -54,7 +96,7 @@ def test_the_verifier_catches_a_duplicate(bootstrap_servers: str, topic_factory)
     producer.produce(agg, key=b"k1", value=b'{"sum": 5, "count": 1, "min": 5, "max": 5}')
     producer.produce(agg, key=b"k1", value=b'{"sum": 10, "count": 2, "min": 5, "max": 5}')
     assert producer.flush(10) == 0
-    report = VerifyReport(0, "exactly_once_v2", "local", 0)
+    report = VerifyReport("none", 0, "exactly_once_v2", "local", 0)
     verify_outputs(bootstrap_servers, inp, echo, agg, True, report)
     assert report.duplicates == 1 and report.bad_revisions == 1 and report.wrong_finals == 1
     assert report.verdict == "FAIL"

@@ -1,0 +1,138 @@
+"""The read_committed verifier of the fault matrix: every committed record against the input.
+
+- the echo output equals the input, per key and in order;
+- every aggregate revision is a prefix aggregate of its key's input, one per input record;
+- the final aggregates equal the oracle.
+
+Under at-least-once it checks only that nothing is lost (duplicates are allowed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from fluvial import serdes
+
+LONG = serdes.long()
+
+
+@dataclass
+class VerifyReport:
+    """One scenario of the matrix: one fault kind, its own app id and topics, its own check."""
+
+    fault: str
+    seed: int
+    guarantee: str
+    engine: str
+    commit_interval_ms: int
+    requested: int = 0
+    injected: int = 0
+    records: int = 0
+    echoed: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    bad_revisions: int = 0
+    wrong_finals: int = 0
+    task_retries: int = 0
+    wall_s: float = 0.0
+    verdict: str = "FAIL"
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.fault}: {self.injected}/{self.requested} faults, records {self.records}, "
+            f"duplicates {self.duplicates}, lost {self.lost}, bad revisions {self.bad_revisions}, "
+            f"wrong finals {self.wrong_finals} -> {self.verdict}"
+        )
+
+
+def prefix_aggregates(values: list[int]) -> list[dict[str, int]]:
+    """The oracle: the aggregate after each of a key's input records, in order."""
+    out, total, lo, hi = [], 0, None, None
+    for count, value in enumerate(values, start=1):
+        total += value
+        lo = value if lo is None else min(lo, value)
+        hi = value if hi is None else max(hi, value)
+        out.append({"sum": total, "count": count, "min": lo, "max": hi})
+    return out
+
+
+def read_committed(bootstrap: str, topic: str) -> list[tuple[str, bytes | None, int]]:
+    """(key, value, partition) of every committed record of ``topic``, per partition in order."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4().hex}",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    })  # fmt: skip
+    metadata = consumer.list_topics(topic, timeout=30)
+    partitions = sorted(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
+    pending = set(partitions)
+    records: list[tuple[str, bytes | None, int]] = []
+    deadline = time.monotonic() + 120
+    while pending and time.monotonic() < deadline:
+        for msg in consumer.consume(5000, 0.5):
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                continue
+            records.append((msg.key().decode(), msg.value(), msg.partition()))
+    consumer.close()
+    if pending:
+        raise TimeoutError(f"could not read {topic} to its end in 120 s")
+    return records
+
+
+def verify_outputs(
+    bootstrap: str, input_topic: str, echo_topic: str, agg_topic: str, exactly_once: bool,
+    report: VerifyReport,
+) -> None:  # fmt: skip
+    """Compare the committed outputs with the input, record by record."""
+    inputs: dict[str, list[int]] = defaultdict(list)
+    for key, value, _p in read_committed(bootstrap, input_topic):
+        inputs[key].append(LONG.deserialize(input_topic, value))
+    echoes: dict[str, list[int]] = defaultdict(list)
+    for key, value, _p in read_committed(bootstrap, echo_topic):
+        echoes[key].append(LONG.deserialize(echo_topic, value))
+    report.records = sum(len(v) for v in inputs.values())
+    report.echoed = sum(len(v) for v in echoes.values())
+    for key, expected in inputs.items():
+        got = echoes.get(key, [])
+        remaining = list(got)
+        for value in expected:
+            if value in remaining:
+                remaining.remove(value)
+            else:
+                report.lost += 1
+        report.duplicates += len(remaining)
+        if exactly_once and got != expected and len(report.problems) < 10:
+            report.problems.append(f"echo of {key} differs from its input")
+    for key in echoes.keys() - inputs.keys():
+        report.duplicates += len(echoes[key])  # output for a key that was never input
+    revisions: dict[str, list[dict[str, int]]] = defaultdict(list)
+    for key, value, _p in read_committed(bootstrap, agg_topic):
+        revisions[key].append(json.loads(value) if value is not None else {})
+    for key, values in inputs.items():
+        prefixes = prefix_aggregates(values)
+        got = revisions.get(key, [])
+        final = got[-1] if got else {}
+        if exactly_once:
+            bad = sum(1 for a, b in zip(got, prefixes, strict=False) if a != b)
+            bad += abs(len(got) - len(prefixes))
+            report.bad_revisions += bad
+            if final != prefixes[-1]:
+                report.wrong_finals += 1
+                if len(report.problems) < 10:
+                    report.problems.append(f"{key}: final {final} != oracle {prefixes[-1]}")
+        elif final.get("count", 0) < len(values):
+            report.wrong_finals += 1  # at-least-once may repeat, never lose
+    clean = report.lost == 0 and report.wrong_finals == 0
+    if exactly_once:
+        clean = clean and report.duplicates == 0 and report.bad_revisions == 0
+    report.verdict = "PASS" if clean else "FAIL"

@@ -1,0 +1,169 @@
+"""Processes of the fault matrix and the faults injected into them, for real.
+
+Each ``fluvial run`` of the verify app starts in a process group of its own. Under the Spark
+engine that group holds the driver's Python process, its JVM and the PySpark Python workers,
+so a driver ``kill -9`` (``kill-app``) takes them all down at once, as a machine loss would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+APP = Path(__file__).with_name("app.py")
+READY_LINE = "Ctrl-C commits and stops"
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return False
+
+
+class AppProcess:
+    """One ``fluvial run`` process of the verify app (and, on Spark, its JVM and workers)."""
+
+    def __init__(self, env: dict[str, str], engine: str, log_dir: Path, state_dir: Path) -> None:
+        self.env, self.engine, self.log_dir, self.state_dir = env, engine, log_dir, state_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+
+    def start(self) -> AppProcess:
+        env = {**os.environ, **self.env, "FLUVIAL_VERIFY_STATE_DIR": str(self.state_dir)}
+        self.log = self.log_dir / f"app-{time.monotonic_ns()}.log"
+        # Not --quiet: the log keeps a status line every few seconds, for post-mortems.
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", self.engine]
+        if self.engine == "spark":
+            cmd += ["--master", "local[2]"]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self
+
+    @property
+    def app_dir(self) -> Path:
+        return self.state_dir / self.env["FLUVIAL_VERIFY_APP_ID"]
+
+    def ready(self) -> bool:
+        text = self.log.read_text(errors="replace") if self.log and self.log.exists() else ""
+        return READY_LINE in text
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        """Signal every process of the run (a SIGSTOP must freeze the JVM and workers too)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """``kill -9`` of the whole run: driver, JVM and Python workers."""
+        self.signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def stop(self) -> int | None:
+        """SIGTERM the driver only: it lets the current lease or commit finish, then exits."""
+        if self.proc is None:
+            return None
+        wait_for(lambda: self.ready() or not self.running(), 120)
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()  # whatever the driver left behind (a JVM, a worker)
+        return code
+
+    # -- the Spark engine's view of the run ---------------------------------------------------
+
+    def leases(self) -> list[dict]:
+        """The Spark driver's lease log: one entry per lease (slots, attempts, pids)."""
+        path = self.app_dir / "leases.jsonl"
+        if not path.exists():
+            return []
+        lines = path.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+    def completed_leases(self) -> int:
+        return sum(1 for lease in self.leases() if "slots" in lease)
+
+    def task_retries(self) -> int:
+        """Slot tasks that Spark ran again within their lease (attempt > 0)."""
+        return sum(
+            1 for lease in self.leases() for s in lease.get("slots", []) if s.get("attempt", 0) > 0
+        )
+
+    def slot_worker_pids(self) -> dict[int, int]:
+        """slot -> the PySpark Python worker of this run that runs (or last ran) the slot."""
+        workers = set(spark_python_workers(self.proc.pid)) if self.running() else set()  # type: ignore[union-attr]
+        slots = {}
+        for path in (self.app_dir / ".slots").glob("slot-*.pid"):
+            try:
+                slot, pid = int(path.stem.removeprefix("slot-")), int(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if pid in workers:
+                slots[slot] = pid
+        return slots
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, command line) of every process, read from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        # The command name in stat may hold spaces and parentheses: split after the last ')'.
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        table[int(entry)] = (
+            int(ppid),
+            state,
+            cmdline.replace(b"\0", b" ").decode(errors="replace"),
+        )
+    return table
+
+
+def spark_python_workers(root_pid: int) -> list[int]:
+    """The live PySpark Python workers below ``root_pid`` (a ``fluvial run --engine spark``).
+
+    The JVM starts one ``pyspark.daemon`` process, which forks a worker per concurrent task:
+    a worker is a child of the daemon with the daemon's command line. Without the daemon,
+    workers run as ``pyspark.worker``.
+    """
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _state, _cmd) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    below, todo = [], list(children.get(root_pid, []))
+    while todo:
+        pid = todo.pop()
+        below.append(pid)
+        todo.extend(children.get(pid, []))
+    workers = []
+    for pid in below:
+        ppid, state, cmd = table[pid]
+        if state == "Z":
+            continue
+        forked = "pyspark.daemon" in cmd and "pyspark.daemon" in table.get(ppid, (0, "", ""))[2]
+        if forked or "pyspark.worker" in cmd:
+            workers.append(pid)
+    return sorted(workers)
