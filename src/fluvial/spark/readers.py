@@ -183,7 +183,9 @@ def _be_signed(column: Column, width: int) -> Column:
 
     unsigned = F.conv(F.hex(column), 16, 10).cast("decimal(20,0)")
     half, full = 1 << (8 * width - 1), 1 << (8 * width)
-    signed = F.when(unsigned >= F.lit(half), unsigned - F.lit(full)).otherwise(unsigned)
+    # 2**63 and 2**64 do not fit a long literal; pass them as decimals.
+    half_, full_ = (F.lit(str(n)).cast("decimal(20,0)") for n in (half, full))
+    signed = F.when(unsigned >= half_, unsigned - full_).otherwise(unsigned)
     wrong = F.raise_error(F.lit(f"expected {width}-byte big-endian numbers; use another serde"))
     return (
         F.when(column.isNull(), F.lit(None))
