@@ -20,7 +20,7 @@ from fluvial.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import StructType
 
 _MAX_LONG = (1 << 63) - 1
 SERDES = ("string", "bytes", "long", "int", "double", "float", "json")
@@ -33,7 +33,7 @@ def read_table(
     bootstrap_servers: str,
     key_serde: str = "string",
     value_serde: str = "string",
-    value_schema: str | DataType | None = None,
+    value_schema: str | StructType | None = None,
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
 ) -> DataFrame:
@@ -66,7 +66,7 @@ def read_windowed(
     store_changelog: bool = False,
     key_serde: str = "string",
     value_serde: str = "long",
-    value_schema: str | DataType | None = None,
+    value_schema: str | StructType | None = None,
     latest: bool = True,
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
@@ -194,7 +194,7 @@ def _be_signed(column: Column, width: int) -> Column:
     )
 
 
-def _decode(column: Column, serde: str, schema: str | DataType | None) -> Column:
+def _decode(column: Column, serde: str, schema: str | StructType | None) -> Column:
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, FloatType
 

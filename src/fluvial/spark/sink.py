@@ -39,7 +39,6 @@ Limits (see the README's Structured Streaming section):
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import time
@@ -48,12 +47,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ConfigError, FluvialError
 from fluvial.kafka.admin import TopicSpec, admin_client, create_topics
-from fluvial.runtime.clients import producer_settings, restore_consumer_settings
+from fluvial.runtime.clients import producer_settings
+from fluvial.spark.markers import BatchMarker, marker_partitions, read_markers, wait_for_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -64,33 +64,11 @@ log = logging.getLogger("fluvial.spark.sink")
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 #: The broker's default ``transaction.max.timeout.ms``: a longer transaction is refused.
 BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
-#: How long a marker read waits for a partition's last transaction to settle.
-MARKER_PATIENCE_S = 10.0
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 
 
 class SinkError(FluvialError):
     """The sink cannot write a batch without risking duplicates or loss; nothing was written."""
-
-
-@dataclass(frozen=True)
-class BatchMarker:
-    """What a writer partition last committed: its batch, the batch's split and its size."""
-
-    batch_id: int
-    partitions: int
-    records: int
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {"batch": self.batch_id, "partitions": self.partitions, "records": self.records},
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> BatchMarker:
-        doc = json.loads(data)
-        return cls(int(doc["batch"]), int(doc["partitions"]), int(doc["records"]))
 
 
 @dataclass(frozen=True)
@@ -261,9 +239,7 @@ class KafkaSink:
         try:
             partitions = rows.rdd.getNumPartitions()
             self._ensure_marker_topic(partitions)
-            markers = read_markers(
-                self._spec, range(_marker_partitions(self._spec)), stable_only=False
-            )
+            markers = self.markers()
             if plan_batch(self.sink_id, markers, batch_id, partitions) == "skip":
                 done = tuple(sorted(p for p, m in markers.items() if m.batch_id == batch_id))
                 log.info("sink %s: batch %d was already committed; skipped", self.sink_id, batch_id)
@@ -277,7 +253,7 @@ class KafkaSink:
             }
             spec = self._spec
 
-            def write(index: int, part: Iterator[Any]) -> Iterator[tuple[int, bool, int]]:
+            def write(index: int, part: Iterable[Any]) -> Iterable[tuple[int, bool, int]]:
                 count = expected.get(index, 0)
                 return _write_partition(spec, batch_id, partitions, index, part, count)
 
@@ -307,7 +283,8 @@ class KafkaSink:
 
     def _ensure_marker_topic(self, partitions: int) -> None:
         """One marker partition per writer partition: create the topic, or grow it."""
-        if _marker_partitions(self._spec) == 0:
+        config = self._spec.streams_config()
+        if marker_partitions(config, self.marker_topic) == 0:
             spec = TopicSpec(
                 self.marker_topic,
                 partitions,
@@ -317,7 +294,7 @@ class KafkaSink:
             create_topics(
                 self._spec.bootstrap_servers, [spec], admin_config=dict(self._spec.client_config)
             )
-        if _marker_partitions(self._spec) < partitions:
+        if marker_partitions(config, self.marker_topic) < partitions:
             from confluent_kafka.admin import NewPartitions
 
             admin = admin_client(self._spec.bootstrap_servers, **dict(self._spec.client_config))
@@ -327,11 +304,15 @@ class KafkaSink:
             except KafkaException as exc:  # another driver grew it first
                 if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
                     raise
-            _wait_for_partitions(self._spec, partitions)
+            wait_for_partitions(config, self.marker_topic, partitions)
 
     def markers(self) -> dict[int, BatchMarker]:
         """The last committed marker of every writer partition (for operators and tests)."""
-        return read_markers(self._spec, range(_marker_partitions(self._spec)), stable_only=False)
+        spec = self._spec
+        config, topic = spec.streams_config(), spec.marker_topic
+        return read_markers(
+            config, topic, range(marker_partitions(config, topic)), stable_only=False
+        )
 
 
 def plan_batch(
@@ -394,7 +375,7 @@ def _write_partition(
         # Fences every earlier holder of this id and aborts what it left open, so the marker
         # read next is final: no other attempt can commit this partition behind our back.
         producer.init_transactions(30)
-        marker = read_markers(spec, [index], stable_only=True).get(index)
+        marker = read_markers(config, spec.marker_topic, [index], stable_only=True).get(index)
         if marker is not None and marker.batch_id > batch_id:
             plan_batch(spec.sink_id, {index: marker}, batch_id, partitions)  # raises
         if marker is not None and marker.batch_id == batch_id:
@@ -507,115 +488,3 @@ def _abort_quietly(producer: Producer) -> None:
     # A fenced or timed-out producer cannot abort; the broker already did.
     with contextlib.suppress(KafkaException):
         producer.abort_transaction(10)
-
-
-# -- markers ---------------------------------------------------------------------------------
-
-
-def _marker_partitions(spec: _WriteSpec) -> int:
-    admin = admin_client(spec.bootstrap_servers, **dict(spec.client_config))
-    # List every topic: asking for one by name lets a broker with auto.create.topics.enable
-    # create it, with one partition, behind our back.
-    topic = admin.list_topics(timeout=30).topics.get(spec.marker_topic)
-    if topic is None or topic.error is not None:
-        return 0
-    return len(topic.partitions)
-
-
-def _wait_for_partitions(spec: _WriteSpec, partitions: int, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _marker_partitions(spec) < partitions:
-        if time.monotonic() > deadline:
-            raise SinkError(f"marker topic {spec.marker_topic!r} did not grow to {partitions}")
-        time.sleep(0.2)
-
-
-def read_markers(
-    spec: _WriteSpec, partitions: Iterable[int], *, stable_only: bool
-) -> dict[int, BatchMarker]:
-    """The last committed marker of each writer partition; partitions with none are absent.
-
-    Only committed markers count (read_committed). ``stable_only`` is for writers that have
-    just fenced the partition's producer: its last transaction is settled, so the read must
-    reach the end of the partition, or fail. The driver reads without fencing and gives up on
-    a partition whose transaction is still open; that partition's writer decides.
-    """
-    settings = restore_consumer_settings(spec.streams_config())
-    settings["client.id"] = f"{spec.sink_id}-sink-markers"
-    consumer = Consumer(settings)
-    try:
-        bounds: dict[int, tuple[int, int]] = {}
-        for p in partitions:
-            low, high = _watermarks(consumer, TopicPartition(spec.marker_topic, p))
-            if high > low:
-                bounds[p] = (low, high)
-        found: dict[int, BatchMarker] = {}
-        # Each transaction adds a marker and a commit record, so the last marker is near the
-        # end; look further back only for partitions whose tail is aborted transactions.
-        span = 8
-        while bounds:
-            starts = {p: max(low, high - span) for p, (low, high) in bounds.items()}
-            last, unsettled = _scan(
-                consumer, spec.marker_topic, starts, {p: high for p, (_, high) in bounds.items()},
-                MARKER_PATIENCE_S if stable_only else 2.0,
-            )  # fmt: skip
-            if unsettled and stable_only:
-                raise SinkError(
-                    f"marker topic {spec.marker_topic!r} partitions {sorted(unsettled)} did not "
-                    f"settle within {MARKER_PATIENCE_S:.0f} s after fencing; the task will be "
-                    "retried"
-                )
-            found.update({p: BatchMarker.decode(value) for p, value in last.items()})
-            bounds = {
-                p: (low, high)
-                for p, (low, high) in bounds.items()
-                if p not in last and p not in unsettled and starts[p] > low
-            }
-            span *= 4
-        return found
-    finally:
-        consumer.close()
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
-    """Low and high watermarks; a partition created a moment ago may need a metadata refresh."""
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
-            return low, high
-        except KafkaException as exc:
-            code = exc.args[0].code()
-            unknown = code in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
-            if not unknown or time.monotonic() > deadline:
-                raise
-            consumer.list_topics(tp.topic, timeout=10)
-            time.sleep(0.2)
-
-
-def _scan(
-    consumer: Consumer,
-    topic: str,
-    starts: dict[int, int],
-    ends: dict[int, int],
-    patience_s: float,
-) -> tuple[dict[int, bytes], set[int]]:
-    """Read each partition from its start to its end: the last committed value of each, and
-    the partitions that could not reach their end in time (an open transaction holds them)."""
-    consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
-    last: dict[int, bytes] = {}
-    pending = set(starts)
-    deadline = time.monotonic() + patience_s
-    while pending and time.monotonic() < deadline:
-        for msg in consumer.consume(500, 0.1):
-            error = msg.error()
-            if error is None:
-                last[msg.partition()] = msg.value()
-            elif error.code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(error)
-        # Commit records take offsets but are never delivered: only the position tells
-        # whether a partition's end was reached.
-        positions = consumer.position([TopicPartition(topic, p) for p in pending])
-        pending -= {tp.partition for tp in positions if tp.offset >= ends[tp.partition]}
-    consumer.unassign()
-    return last, pending
