@@ -1,11 +1,9 @@
-"""Helpers for the Structured Streaming sink tests: read whole topics, find Python workers."""
+"""Helpers for the Structured Streaming sink tests: read whole topics back."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -49,30 +47,3 @@ def read_all(bootstrap: str, topic: str, *, committed_only: bool = True) -> list
 
 def values(bootstrap: str, topic: str, *, committed_only: bool = True) -> list[str]:
     return [m.value().decode() for m in read_all(bootstrap, topic, committed_only=committed_only)]
-
-
-def python_workers() -> set[int]:
-    """PIDs of PySpark Python worker processes (forked children of a ``pyspark.daemon``)."""
-    daemons, children = set(), {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if b"pyspark.daemon" not in cmdline:
-            continue
-        pid, ppid = int(entry.name), int(stat.rsplit(")", 1)[1].split()[1])
-        children[pid] = ppid
-    daemons = {pid for pid, ppid in children.items() if ppid not in children}
-    return {pid for pid, ppid in children.items() if ppid in daemons}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -223,7 +223,9 @@ def setup_peers(
     Kafka Streams reference app with Maven. Spark Structured Streaming comes with pyspark."""
     from fluvial.bench.setup import setup_all
 
-    chosen = [p for p in _systems("local", peers) if p in PEER_NAMES and p != "spark-ss"]
+    chosen = [
+        p for p in _systems("local", peers) if p in PEER_NAMES and not p.startswith("spark-ss")
+    ]
     table = Table("peer", "status")
     for peer, status in setup_all(chosen).items():
         table.add_row(peer, status)

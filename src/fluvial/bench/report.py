@@ -18,7 +18,9 @@ from fluvial.errors import FluvialError
 
 Run = dict[str, Any]
 EOS, ALOS = "exactly_once_v2", "at_least_once"
-SYSTEM_ORDER = ("fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss")
+SYSTEM_ORDER = (
+    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos"
+)  # fmt: skip
 
 
 def load(files: Iterable[Path]) -> list[tuple[dict[str, Any], list[Run]]]:

@@ -251,6 +251,24 @@ class SparkStructuredStreamingSystem(System):
         return f"pyspark {pyspark.__version__} (spark-sql-kafka-0-10)"
 
 
+class SparkStructuredStreamingEosSystem(SparkStructuredStreamingSystem):
+    """The same Structured Streaming query, written through fluvial's exactly-once KafkaSink."""
+
+    name = "spark-ss-eos"
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        argv, env = super().command(spec)
+        settings = json.loads(argv[-1])
+        settings["sink"] = "fluvial"
+        return [*argv[:-1], json.dumps(settings)], env
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            **super().config(spec),
+            "guarantee": "exactly-once (fluvial.spark.KafkaSink in foreachBatch)",
+        }
+
+
 def spark_progress(spec: RunSpec) -> tuple[float | None, int]:
     """(epoch start of Spark's first micro-batch, input records consumed so far)."""
     first, consumed = None, 0
@@ -282,11 +300,15 @@ def make_system(name: str) -> System:
         return FaustSystem()
     if name == "spark-ss":
         return SparkStructuredStreamingSystem()
+    if name == "spark-ss-eos":
+        return SparkStructuredStreamingEosSystem()
     raise ValueError(f"unknown system {name!r}: use one of {', '.join(ALL_SYSTEMS)}")
 
 
-ALL_SYSTEMS = ("fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss")
-PEER_NAMES = ("kafka-streams", "quix", "faust", "spark-ss")
+ALL_SYSTEMS = (
+    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos"
+)  # fmt: skip
+PEER_NAMES = ("kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos")
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

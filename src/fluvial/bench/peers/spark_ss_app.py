@@ -1,5 +1,8 @@
 """Spark Structured Streaming's own Kafka source and sink running a ``fluvial bench`` workload.
 
+With ``"sink": "fluvial"`` in its settings the query writes through fluvial's exactly-once
+``KafkaSink`` instead (the ``spark-ss-eos`` system), so the two sinks compare on one query.
+
 argv[1] holds the run's settings as JSON. Run by the project's interpreter (it needs pyspark and
 the Kafka connector, which :func:`fluvial.spark.local_spark_session` puts on the classpath), but
 the query is plain Spark: fluvial only builds the session.
@@ -84,11 +87,21 @@ def main() -> None:
     else:
         raise SystemExit(f"Spark Structured Streaming peer has no {workload} pipeline")
 
+    if s.get("sink") == "fluvial":
+        # The same query, written through fluvial's exactly-once sink.
+        from fluvial.spark import KafkaSink
+
+        sink = KafkaSink(s["output"], bootstrap_servers=s["bootstrap"],
+                         sink_id=f"bench-{s['output']}")  # fmt: skip
+        writer = out.writeStream.foreachBatch(sink)
+    else:
+        writer = (
+            out.writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", s["bootstrap"])
+            .option("topic", s["output"])
+        )
     query = (
-        out.writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", s["bootstrap"])
-        .option("topic", s["output"])
-        .option("checkpointLocation", s["state_dir"] + "/checkpoint")
+        writer.option("checkpointLocation", s["state_dir"] + "/checkpoint")
         .outputMode(mode)
         .trigger(processingTime=f"{s['commit_ms']} milliseconds")
         .start()
