@@ -24,9 +24,19 @@ from fluvial.spark.sink import _write_partition, plan_batch
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
+def chunks(rows: list[str], partitions: int) -> list[list[str]]:
+    """Split unevenly (sizes 1 : 2 : 3 …), so a mix-up between partitions changes counts."""
+    weights = list(range(1, partitions + 1))
+    bounds = [len(rows) * sum(weights[:i]) // sum(weights) for i in range(partitions + 1)]
+    return [rows[bounds[i] : bounds[i + 1]] for i in range(partitions)]
+
+
 def frame(spark, rows: list[str], partitions: int):  # noqa: ANN001, ANN201
-    """A batch DataFrame of (key, value) strings split into exactly ``partitions``."""
-    rdd = spark.sparkContext.parallelize([(r.split("-")[0], r) for r in rows], partitions)
+    """A batch DataFrame of (key, value) strings split into exactly ``partitions``, unevenly."""
+    parts = chunks(rows, partitions)
+    rdd = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
+        lambda i: [(r.split("-")[0], r) for r in parts[i]]
+    )
     return spark.createDataFrame(rdd, "key string, value string")
 
 
@@ -64,7 +74,9 @@ def test_batch_is_written_once_and_its_replay_is_skipped(
     for m in records:
         partitions_of.setdefault(m.key(), set()).add(m.partition())
     assert all(len(p) == 1 for p in partitions_of.values())
-    assert sink.markers() == {p: BatchMarker(1, 3, 40) for p in range(3)}
+    sizes = [len(part) for part in chunks(second, 3)]
+    assert sizes == [20, 40, 60]
+    assert sink.markers() == {p: BatchMarker(1, 3, sizes[p]) for p in range(3)}
 
 
 def write_directly(
@@ -84,17 +96,17 @@ def test_partly_written_batch_finishes_on_replay_and_refuses_a_new_split(
     out = topic_factory("out")
     sink = KafkaSink(out, bootstrap_servers=bootstrap_servers, sink_id=unique_name("sink"))
     rows = [f"k{i % 3}-{i}" for i in range(90)]
-    split = [rows[:30], rows[30:60], rows[60:]]  # frame(spark, rows, 3) splits the same way
+    split = chunks(rows, 3)  # as frame(spark, rows, 3) splits them: 15, 30 and 45 rows
     sink._ensure_marker_topic(3)
     # The driver died after partitions 0 and 1 of batch 7 committed, before partition 2 did.
-    assert write_directly(sink, 7, 3, 0, split[0]) == [(0, False, 30)]
+    assert write_directly(sink, 7, 3, 0, split[0]) == [(0, False, 15)]
     assert write_directly(sink, 7, 3, 1, split[1]) == [(1, False, 30)]
-    assert sorted(values(bootstrap_servers, out)) == sorted(rows[:60])
+    assert sorted(values(bootstrap_servers, out)) == sorted(split[0] + split[1])
 
     with pytest.raises(SinkError, match="partly written .* splits it into 4 partitions"):
         sink(frame(spark, rows, 4), 7)
     result = sink(frame(spark, rows, 3), 7)
-    assert (result.records_written, result.partitions_skipped) == (30, (0, 1))
+    assert (result.records_written, result.partitions_skipped) == (45, (0, 1))
     assert Counter(values(bootstrap_servers, out)) == Counter(rows)
 
 
