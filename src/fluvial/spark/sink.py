@@ -29,8 +29,9 @@ driver, after the tasks have written, too late to put it in their transactions.
 
 Limits (see the README's Structured Streaming section):
 
-- A partition's whole write, including computing its rows, must finish within
-  ``transaction_timeout_ms``; otherwise the broker aborts the transaction and the task fails.
+- A partition's write must finish within ``transaction_timeout_ms``; otherwise the broker
+  aborts the transaction and the task fails. The batch is cached and counted before any
+  transaction opens, so computing the rows does not count against it.
 - A replayed batch must split into the same partitions as the attempt it replays. A batch that
   was only partly written and comes back with a different partition count is refused.
 - A sink's markers belong to one checkpoint: a fresh checkpoint needs a fresh ``sink_id``.
@@ -138,7 +139,7 @@ class KafkaSink:
                 f"transaction_timeout_ms={timeout_ms} is out of range: use 1000 to "
                 f"{BROKER_MAX_TRANSACTION_TIMEOUT_MS} (the broker's default "
                 "transaction.max.timeout.ms); it must exceed the time one partition of a batch "
-                "takes to compute and write"
+                "takes to write"
             )
         if not bootstrap_servers:
             raise ConfigError("bootstrap_servers is empty: give host:port of at least one broker")
