@@ -63,8 +63,10 @@ class AppProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def signal_group(self, sig: int) -> None:
-        """Signal every process of the run (a SIGSTOP must freeze the JVM and workers too)."""
-        if self.proc is not None:
+        """Signal every process of the run (a SIGSTOP must freeze the JVM and workers too).
+
+        Only while the driver is not reaped: its pid, the group's id, is ours until then."""
+        if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
