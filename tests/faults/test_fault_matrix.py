@@ -25,18 +25,28 @@ def assert_clean(report: MatrixReport, faults_per_kind: int, records: int) -> No
     assert report.verdict == "PASS"
 
 
-def test_exactly_once_under_every_fault(three_brokers: LocalKafka, tmp_path: Path) -> None:
-    report = run_matrix(seed=42, records=1500, fault_count=2, duration_s=20,
-                        commit_interval_ms=300, cluster=three_brokers,
+def test_exactly_once_under_app_kills_and_zombies(
+    three_brokers: LocalKafka, tmp_path: Path
+) -> None:
+    report = run_matrix(seed=42, records=1500, faults=("kill-app", "zombie"), fault_count=2,
+                        duration_s=20, commit_interval_ms=300, cluster=three_brokers,
                         work_dir=tmp_path)  # fmt: skip
-    assert [s.fault for s in report.scenarios] == ["kill-app", "zombie", "kill-broker"]
     assert_clean(report, faults_per_kind=2, records=1500)
     # One row per fault kind with its own numbers, then the overall verdict.
     rows = report.table_rows()
     assert [r[:3] for r in rows] == [
-        ("kill-app", "2", "1500"), ("zombie", "2", "1500"), ("kill-broker", "2", "1500"),
-        ("all", "6", "4500"),
+        ("kill-app", "2", "1500"), ("zombie", "2", "1500"), ("all", "4", "3000"),
     ]  # fmt: skip
+
+
+def test_exactly_once_under_leader_kills(three_brokers: LocalKafka, tmp_path: Path) -> None:
+    """The first kill takes the broker that also coordinates the app's group: the Kafka client
+    can then hang in send offsets, and the slot must get past it on its own (within about
+    40 s, hence the long input)."""
+    report = run_matrix(seed=42, records=1500, faults=("kill-broker",), fault_count=2,
+                        duration_s=80, commit_interval_ms=300, cluster=three_brokers,
+                        work_dir=tmp_path)  # fmt: skip
+    assert_clean(report, faults_per_kind=2, records=1500)
 
 
 def test_kills_inside_long_open_transactions(three_brokers: LocalKafka, tmp_path: Path) -> None:
