@@ -363,8 +363,13 @@ class Worker:
         for task in self.tasks.values():
             offsets.update(task.committable_offsets())
         changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
+        self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
+        self._collector.check()
         # The task's stream time and changelog offsets ride along in the offset metadata, so
-        # the next start knows the state that belongs with these offsets.
+        # the next start knows the state that belongs with these offsets. Only after the flush
+        # are the changelog's ends known: every record of this interval has been acknowledged.
+        # Ends read earlier would leave out this interval's last state changes, and an
+        # at-least-once restore that stops there would lose them.
         self._changelog_committed.update(
             {tp: last + 1 for tp, last in self._collector.changelog_end.items()}
         )
@@ -372,8 +377,6 @@ class Worker:
             TopicPartition(t, p, off, metadata=self._metadata(self._task_by_tp[(t, p)]))
             for (t, p), off in sorted(changed.items())
         ]
-        self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
-        self._collector.check()
         if self.eos:
             if tps:
                 group = self._consumer.consumer_group_metadata()
