@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, serdes
 from fluvial.runtime import Application
@@ -20,12 +20,20 @@ pytestmark = [pytest.mark.kafka]
 
 
 def committed(bootstrap: str, group: str, topic: str) -> TopicPartition:
+    """The group's committed offset and metadata; retried while the coordinator is loading."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
-        return tp
+        return wait_until(lambda: _committed(consumer, topic), 30, "the group coordinator")
     finally:
         consumer.close()
+
+
+def _committed(consumer: Consumer, topic: str) -> TopicPartition | None:
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    except KafkaException:  # NOT_COORDINATOR or loading on a fresh cluster: ask again
+        return None
+    return tp
 
 
 def test_committed_changelog_ends_include_the_intervals_last_writes(
