@@ -239,8 +239,11 @@ class KafkaSink:
         rows = self._normalized(batch_df).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             partitions = rows.rdd.getNumPartitions()
-            self._ensure_marker_topic(partitions)
-            markers = self.markers()
+            marker_count = self._ensure_marker_topic(partitions)
+            markers = read_markers(
+                self._spec.streams_config(), self.marker_topic, range(marker_count),
+                stable_only=False,
+            )  # fmt: skip
             if plan_batch(self.sink_id, markers, batch_id, partitions) == "skip":
                 done = tuple(sorted(p for p, m in markers.items() if m.batch_id == batch_id))
                 log.info("sink %s: batch %d was already committed; skipped", self.sink_id, batch_id)
@@ -282,10 +285,12 @@ class KafkaSink:
             )
         self._checked_topic = True
 
-    def _ensure_marker_topic(self, partitions: int) -> None:
-        """One marker partition per writer partition: create the topic, or grow it."""
+    def _ensure_marker_topic(self, partitions: int) -> int:
+        """One marker partition per writer partition: create the topic, or grow it. Returns
+        the topic's partition count (at least ``partitions``)."""
         config = self._spec.streams_config()
-        if marker_partitions(config, self.marker_topic) == 0:
+        count = marker_partitions(config, self.marker_topic)
+        if count == 0:
             spec = TopicSpec(
                 self.marker_topic,
                 partitions,
@@ -295,7 +300,8 @@ class KafkaSink:
             create_topics(
                 self._spec.bootstrap_servers, [spec], admin_config=dict(self._spec.client_config)
             )
-        if marker_partitions(config, self.marker_topic) < partitions:
+            count = marker_partitions(config, self.marker_topic)
+        if count < partitions:
             from confluent_kafka.admin import NewPartitions
 
             admin = admin_client(self._spec.bootstrap_servers, **dict(self._spec.client_config))
@@ -306,6 +312,8 @@ class KafkaSink:
                 if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
                     raise
             wait_for_partitions(config, self.marker_topic, partitions)
+            count = partitions
+        return count
 
     def markers(self) -> dict[int, BatchMarker]:
         """The last committed marker of every writer partition (for operators and tests)."""
