@@ -1,10 +1,17 @@
 # fluvial: the two commands a fresh machine needs are `make test` and `make demo`.
-UV ?= uv
+# uv is installed into .tools/ from PyPI when it is not on PATH, so a machine with only Python,
+# Java and Maven can run both commands.
+UV_VERSION := 0.13.9
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/.tools/bin/uv)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: setup jars lint format typecheck test test-fast demo clean
 
-setup:  ## install the Python environment (uv) and resolve the Kafka and Spark jars once
+$(CURDIR)/.tools/bin/uv:
+	python3 -m venv $(CURDIR)/.tools
+	$(CURDIR)/.tools/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+setup: $(UV)  ## install the Python environment (uv) and resolve the Kafka and Spark jars once
 	$(UV) sync --frozen --group bench
 	$(UV) run python -m fluvial.jvm
 
