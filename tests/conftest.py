@@ -28,7 +28,14 @@ _counter = itertools.count()
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
     """The session's single-broker local Kafka, on a free port, stopped at the end."""
     data_dir = tmp_path_factory.mktemp("kafka")
-    with LocalKafka(data_dir, port=free_port(), heap=TEST_BROKER_HEAP) as cluster:
+    # Retention is checked every 5 s (the default is 5 min), so a changelog whose records a
+    # store still needs but the broker may delete shows up as a failing test, not in production.
+    with LocalKafka(
+        data_dir,
+        port=free_port(),
+        heap=TEST_BROKER_HEAP,
+        broker_config={"log.retention.check.interval.ms": 5000},
+    ) as cluster:
         yield cluster
 
 

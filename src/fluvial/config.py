@@ -55,6 +55,11 @@ class StreamsConfig:
     default_production_exception_handler: str = "fail"
     num_stream_threads: int = 1
     replication_factor: int = -1
+    # How long past a window or session store's own retention its changelog keeps records, in
+    # wall-clock time after they were written (Kafka Streams'
+    # windowstore.changelog.additional.retention.ms). It is how long an application may stay
+    # down, mid-window, and still restore its windows.
+    windowstore_changelog_additional_retention_ms: int | timedelta = 24 * 60 * 60 * 1000
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
     client_config: dict[str, Any] = field(default_factory=dict)
 
@@ -73,6 +78,10 @@ class StreamsConfig:
             self.commit_interval_ms = 100 if self.exactly_once else 30000
         self.commit_interval_ms = to_millis(self.commit_interval_ms, "commit_interval_ms")
         self.max_task_idle_ms = to_millis(self.max_task_idle_ms, "max_task_idle_ms")
+        self.windowstore_changelog_additional_retention_ms = to_millis(
+            self.windowstore_changelog_additional_retention_ms,
+            "windowstore_changelog_additional_retention_ms",
+        )
         if self.cache_max_bytes < 0:
             raise ConfigError("cache_max_bytes must be >= 0 (0 turns the record cache off)")
         if self.num_standby_replicas < 0:

@@ -27,3 +27,10 @@ class BufferFullError(StreamsError):
 
 class KafkaSetupError(FluvialError):
     """The local Apache Kafka could not be provisioned or started."""
+
+
+class ChangelogGapError(StreamsError):
+    """A changelog lost records its store still needs: restoring would come back short.
+
+    Restarting cannot help, so engines stop the application instead of retrying.
+    """

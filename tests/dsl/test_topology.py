@@ -107,7 +107,12 @@ def test_window_store_changelog_is_compact_delete_with_retention_plus_one_day():
     assert changelog.configs == {
         "cleanup.policy": "compact,delete",
         "retention.ms": str(3_600_000 + 86_400_000),
+        # Retention counts from when a record was written, so backfilled (old) event times
+        # do not expire the changelog at once.
+        "message.timestamp.type": "LogAppendTime",
     }
+    (longer,) = builder.build().internal_topics("app", additional_retention_ms=7 * 86_400_000)
+    assert longer.configs["retention.ms"] == str(3_600_000 + 7 * 86_400_000)
 
 
 def test_named_processors_and_table_source_names():

@@ -144,3 +144,29 @@ def test_log_and_continue_skips_and_sends_to_dead_letter_topic():
     assert collector.to("out") == [("out", b"k", good, 2, None)]
     assert task.metrics.get("deserialization-errors") == 1
     assert task.committable_offsets() == {("nums", 0): 2}
+
+
+def test_a_dirty_close_drops_cached_results_instead_of_flushing_them(store_type, tmp_path):
+    """A crash or an abandoned transaction must not push cached writes anywhere."""
+    config = StreamsConfig(application_id="app", cache_max_bytes=1024 * 1024)
+    task, collector = merged_count_task(config, store_type, tmp_path)
+    task.initialize()
+    task.add_records("left", 3, [raw("a", 10, 0), raw("a", 11, 1), raw("b", 12, 2)])
+    drain(task)
+    assert collector.to("counts") == [], "the cache holds the counts until a flush"
+    task.close(clean=False)
+    assert collector.to("counts") == [], "a dirty close forwarded cached results"
+    changelog = [s for s in collector.sent if s[0].endswith("-changelog")]
+    assert changelog == [], "a dirty close wrote cached results to the changelog"
+
+
+def test_a_clean_close_after_flush_keeps_every_result(store_type, tmp_path):
+    config = StreamsConfig(application_id="app", cache_max_bytes=1024 * 1024)
+    task, collector = merged_count_task(config, store_type, tmp_path)
+    task.initialize()
+    task.add_records("left", 3, [raw("a", 10, 0), raw("a", 11, 1), raw("b", 12, 2)])
+    drain(task)
+    task.flush()
+    task.close()
+    counts = {k.decode(): struct.unpack(">q", v)[0] for _t, k, v, _ts, _p in collector.to("counts")}
+    assert counts == {"a": 2, "b": 1}

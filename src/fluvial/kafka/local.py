@@ -122,6 +122,7 @@ class LocalKafka:
         heap: str = DEFAULT_HEAP,
         startup_timeout_s: float = 90.0,
         stop_on_exit: bool = True,
+        broker_config: dict[str, str | int] | None = None,
     ) -> None:
         if brokers < 1:
             raise KafkaSetupError(f"--brokers must be at least 1, got {brokers}")
@@ -131,6 +132,8 @@ class LocalKafka:
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
         self.stop_on_exit = stop_on_exit
+        # Extra server.properties entries, over fluvial's defaults.
+        self.broker_config = dict(broker_config or {})
         saved = self._read_cluster_file()
         if saved is not None:
             # An existing cluster keeps the shape it was formatted with.
@@ -321,6 +324,7 @@ class LocalKafka:
             # Abort timed-out transactions within a second of their timeout (default 10 s), so
             # a writer that overruns transaction.timeout.ms finds out promptly.
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+            **self.broker_config,
         }
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         (node_dir / "server.properties").write_text(text)

@@ -34,7 +34,7 @@ from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
 from fluvial.processor.stores import create_store, typed_view
 from fluvial.records import Record
 from fluvial.state.base import ChangelogRecord, StateStore
-from fluvial.state.caching import ThreadCache
+from fluvial.state.caching import ThreadCache, discard_caches
 from fluvial.topology.nodes import IN_MEMORY, ROCKSDB, ProcessorNode, SinkNode, SourceNode
 from fluvial.topology.topology import Subtopology
 
@@ -184,11 +184,19 @@ class StreamTask:
             live.processor.init(NodeContext(self, live))
         self._initialized = True
 
-    def close(self) -> None:
-        """Close processors then stores. Flush and commit first if the results should count."""
+    def close(self, *, clean: bool = True) -> None:
+        """Close processors then stores. Flush and commit first if the results should count.
+
+        A dirty close (``clean=False``: a crash, fencing, an aborted transaction) first drops
+        every record cache's entries, so closing neither forwards cached results to processors
+        nor writes them into a store or a transaction that is being abandoned.
+        """
         if self._closed:
             return
         self._closed = True
+        if not clean:
+            for store in self.stores.values():
+                discard_caches(store)
         for live in self._nodes.values():
             live.processor.close()
         for store in self.stores.values():

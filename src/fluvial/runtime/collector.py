@@ -30,6 +30,7 @@ class KafkaRecordCollector:
         producer: Producer,
         *,
         changelog_topics: set[str],
+        time_retained_topics: frozenset[str] = frozenset(),
         production_handler: str = "fail",
         on_send: Callable[[str], None] | None = None,
     ) -> None:
@@ -38,6 +39,10 @@ class KafkaRecordCollector:
         self.production_handler = production_handler
         self.on_send = on_send
         self.changelog_end: dict[tuple[str, int], int] = {}
+        # Window and session changelogs: the newest record timestamp sent to each partition,
+        # which bounds how far their stores' stream time has got (see runtime/horizon.py).
+        self.time_retained_topics = time_retained_topics
+        self.newest_timestamp: dict[tuple[str, int], int] = {}
         self.sent = 0
         self.skipped_errors = 0
         self._error: KafkaError | None = None
@@ -61,6 +66,10 @@ class KafkaRecordCollector:
             kwargs["headers"] = headers
         if partition is not None:
             kwargs["partition"] = partition
+            if topic in self.time_retained_topics:
+                tp = (topic, partition)
+                if timestamp_ms > self.newest_timestamp.get(tp, timestamp_ms - 1):
+                    self.newest_timestamp[tp] = timestamp_ms
         while True:
             try:
                 self.producer.produce(topic, **kwargs)

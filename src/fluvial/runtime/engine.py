@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import StreamsError
+from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
@@ -140,7 +140,7 @@ class Application:
             try:
                 worker.run()
                 return
-            except FencedError as error:
+            except (FencedError, ChangelogGapError) as error:
                 log.error("%s", error)
                 self.errors.append(error)
                 self.stop_event.set()

@@ -21,6 +21,10 @@ class WorkerMetrics:
     restore_total: int = 0
     restored: int = 0
     standby_applied: int = 0
+    # Restores refused because the changelog no longer held what the store needed, and
+    # standby replicas dropped because their changelog position was deleted under them.
+    restore_gaps: int = 0
+    standby_gaps: int = 0
     task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def record_commit(self, seconds: float) -> None:
@@ -45,6 +49,8 @@ _WORKER_COUNTERS = (
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
     ("standby_applied", "counter", "Changelog records applied to standby replicas"),
+    ("restore_gaps", "counter", "Restores refused: the changelog lost records the store needs"),
+    ("standby_gaps", "counter", "Standby stores dropped: their changelog position was deleted"),
 )
 
 

@@ -8,7 +8,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import StreamsError
+from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.metrics import WorkerMetrics
@@ -19,9 +19,9 @@ log = logging.getLogger(__name__)
 
 BATCH = 2000
 TIMEOUT_S = 60.0
-# How long the readable end may stay short of the changelog's end before the rest is taken to
-# be transaction markers that are never delivered.
-EOF_PATIENCE_S = 10.0
+# How long a restore may make no progress before it fails (and the worker restarts). A restore
+# never declares a store complete that is not: it waits for the end, or fails loudly.
+STALL_TIMEOUT_S = 120.0
 
 
 class Restorer:
@@ -42,14 +42,23 @@ class Restorer:
         task: StreamTask,
         state: TaskState,
         limits: dict[tuple[str, int], int] | None = None,
-    ) -> None:
-        """Bring every store of ``task`` up to its changelog's end, or to ``limits`` if given."""
+        needed: dict[tuple[str, int], int] | None = None,
+    ) -> dict[tuple[str, int], int]:
+        """Bring every store of ``task`` up to its changelog's end, or to ``limits`` if given.
+
+        ``needed`` maps changelog partitions to the lowest offset the committed state needs;
+        a changelog whose log start has passed it (and the store's own checkpoint) has lost
+        records the store still needs, and the restore refuses to go on. Returns the end each
+        changelog partition was restored to.
+        """
+        ends: dict[tuple[str, int], int] = {}
         for store_name, (topic, partition) in task.changelog_partitions().items():
             store = task.stores[store_name]
             consumer = self._client()
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=TIMEOUT_S
             )
+            ends[(topic, partition)] = high
             start = store.committed_offset
             if start is not None and start > high:
                 # The store is ahead of its changelog (the topic was recreated): start over.
@@ -58,6 +67,9 @@ class Restorer:
                 store.destroy()
                 store.init(state.task_dir)
                 start = None
+            need = (needed or {}).get((topic, partition))
+            if need is not None and low > max(start or 0, need):
+                self._refuse(task, store_name, topic, partition, low, start, need)
             start = low if start is None else max(start, low)
             limit = (limits or {}).get((topic, partition))
             if limit is not None:
@@ -70,6 +82,34 @@ class Restorer:
                      restored, topic, store_name, task.task_id)  # fmt: skip
             store.committed_offset = high  # nothing is uncommitted while restoring
             store.flush()
+        return ends
+
+    def _refuse(
+        self,
+        task: StreamTask,
+        store_name: str,
+        topic: str,
+        partition: int,
+        low: int,
+        local: int | None,
+        need: int,
+    ) -> None:
+        self.metrics.restore_gaps += 1
+        had = "nothing locally" if local is None else f"a local copy up to offset {local}"
+        retention = int(self.config.windowstore_changelog_additional_retention_ms)
+        message = (
+            f"state store {store_name!r} of task {task.task_id} cannot be restored: its "
+            f"changelog {topic}-{partition} now starts at offset {low}, but the committed state "
+            f"needs its records from offset {need} and this worker has {had}. The records "
+            f"in between were deleted (by the topic's retention.ms, or by DeleteRecords), so "
+            "the store would come back short. Nothing was processed. If the application was "
+            "down longer than windowstore_changelog_additional_retention_ms "
+            f"({retention} ms), raise it; then rebuild the state from the input with "
+            f"'fluvial reset {self.config.application_id}' (the input topics must still hold "
+            "the records), or restore the changelog."
+        )
+        log.error("%s", message)
+        raise ChangelogGapError(message)
 
     def _replay(
         self, task: StreamTask, store_name: str, topic: str, partition: int, start: int, end: int
@@ -79,10 +119,13 @@ class Restorer:
         restored = 0
         position = start
         stalled_since = time.monotonic()
-        deadline = time.monotonic() + 10 * TIMEOUT_S
         while position < end:
-            if time.monotonic() > deadline:
-                raise StreamsError(f"restoring {topic}-{partition} stalled at offset {position}")
+            if time.monotonic() - stalled_since > STALL_TIMEOUT_S:
+                raise StreamsError(
+                    f"restoring {topic}-{partition} made no progress for {STALL_TIMEOUT_S:g} s "
+                    f"at offset {position} of {end}: is a broker down, or a transaction of "
+                    "another producer still open on the changelog?"
+                )
             batch: list[ChangelogRecord] = []
             for msg in consumer.consume(BATCH, 0.5):
                 error = msg.error()
@@ -95,10 +138,6 @@ class Restorer:
                         [tp] = consumer.position([TopicPartition(topic, partition)])
                         if tp.offset > position:
                             position, stalled_since = tp.offset, time.monotonic()
-                        elif time.monotonic() - stalled_since > EOF_PATIENCE_S:
-                            log.warning("restoring %s-%d: end %d not reached, stopping at %d",
-                                        topic, partition, end, position)  # fmt: skip
-                            position = end
                         if position < end:
                             time.sleep(0.05)
                         continue

@@ -111,10 +111,10 @@ class TaskState:
             for layer in (find_transactional(s) for s in self.task.stores.values())
         )
 
-    def close(self) -> None:
+    def close(self, *, clean: bool = True) -> None:
         # Closing a transactional store drops uncommitted writes, as a crash would. The task
         # may never have started (a failed restore), so close it here too; closing is idempotent.
-        self.task.close()
+        self.task.close(clean=clean)
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -6,15 +6,24 @@ mistake is reported before anything is consumed.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.runtime.clients import admin_settings
 from fluvial.topology.topology import Topology
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,9 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
     """Work out every internal topic's partition count from the user topics it follows."""
     app_id = config.application_id
     sources = topology.source_topics()
-    internal = topology.internal_topics(app_id)
+    internal = topology.internal_topics(
+        app_id, additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms)
+    )
     known = existing_partition_counts(admin, sources + [t.name for t in internal])
     missing = [t for t in sources if t not in known]
     if missing:
@@ -104,4 +115,45 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)
+    reconcile_time_retention(admin, plan.internal)
     return plan
+
+
+# Settings of a time-retained changelog that an existing topic must be brought up to.
+_TIMESTAMP_TYPE = "message.timestamp.type"
+_RETENTION = "retention.ms"
+
+
+def reconcile_time_retention(admin: AdminClient, specs: list[TopicSpec]) -> None:
+    """Bring existing window and session changelogs up to the settings they need.
+
+    Topics created before append-time stamps (or by hand) may still expire records by their
+    event time, and an application whose ``windowstore_changelog_additional_retention_ms`` was
+    raised needs the longer retention on topics that already exist. Retention is only ever
+    raised here: lowering it could delete records a store still needs.
+    """
+    wanted = {s.name: s.config for s in specs if s.config.get(_TIMESTAMP_TYPE)}
+    if not wanted:
+        return
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(wanted)]
+    for resource, future in admin.describe_configs(resources, request_timeout=30).items():
+        current = future.result(timeout=60)
+        name = resource.name
+        changes = []
+        have_type = current[_TIMESTAMP_TYPE].value if _TIMESTAMP_TYPE in current else None
+        if have_type != wanted[name][_TIMESTAMP_TYPE]:
+            changes.append((_TIMESTAMP_TYPE, wanted[name][_TIMESTAMP_TYPE]))
+        have_retention = int(current[_RETENTION].value) if _RETENTION in current else -1
+        need_retention = int(wanted[name][_RETENTION])
+        if 0 <= have_retention < need_retention:
+            changes.append((_RETENTION, str(need_retention)))
+        if not changes:
+            continue
+        log.info("changelog %s: setting %s", name, ", ".join(f"{k}={v}" for k, v in changes))
+        entries = [
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in changes
+        ]
+        target = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        for done in admin.incremental_alter_configs([target]).values():
+            done.result(timeout=60)

@@ -28,6 +28,7 @@ from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
 from fluvial.runtime.global_tables import GlobalTables
+from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.restore import Restorer
 from fluvial.runtime.standby import StandbyTasks
@@ -96,6 +97,8 @@ class Worker:
         self._repartition_topics: set[str] = set()
         self._admin: AdminClient | None = None
         self._changelog_committed: dict[tuple[str, int], int] = {}
+        # Window and session changelogs: the lowest offset each store may still need.
+        self._horizons: dict[tuple[str, int], ChangelogHorizon] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -113,12 +116,19 @@ class Worker:
                 "init transactions",
             )
         changelogs: set[str] = set()
+        time_retained: set[str] = set()
         for sub in self.topology.subtopologies(self.config.application_id):
             changelogs |= set(sub.changelog_topics().values())
+            time_retained |= {
+                topic
+                for spec in sub.stores
+                if spec.time_retained and (topic := spec.changelog_topic(sub.application_id))
+            }
             self._repartition_topics |= set(sub.repartition_source_topics)
         self._collector = KafkaRecordCollector(
             self._producer,
             changelog_topics=changelogs,
+            time_retained_topics=frozenset(time_retained),
             on_send=self._count_send,
             production_handler=self.config.default_production_exception_handler,
         )
@@ -135,9 +145,9 @@ class Worker:
         self._paused.clear()
         if self.standby_task_ids:
             self.standbys = StandbyTasks(
-                self.topology, self.config, self.standby_task_ids, self.state_root
+                self.topology, self.config, self.standby_task_ids, self.state_root, self.metrics
             )
-            self.standbys.start()
+            self.standbys.start(self._standby_needed())
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
@@ -190,8 +200,11 @@ class Worker:
                     # Nothing committed yet: every input record will be processed again, so
                     # no changelog record belongs to the committed state.
                     limits = {tp: 0 for tp in task.changelog_partitions().values()}
-                restorer.restore(task, state, limits)
+                has_commit = any(tp in committed for tp in tps)
+                needed = self._needed_offsets(task, metadata) if has_commit else {}
+                ends = restorer.restore(task, state, limits, needed)
                 self._changelog_committed.update(metadata.changelog_ends)
+                self._track_horizons(task, ends, metadata)
                 stream_time = metadata.stream_time
                 if stream_time >= 0:
                     # Operators that emit on window close must know what was final already.
@@ -203,6 +216,62 @@ class Worker:
         finally:
             restorer.close()
 
+    def _standby_needed(self) -> dict[tuple[str, int], int]:
+        """What the active tasks' committed state needs of the standby tasks' changelogs."""
+        assert self._consumer is not None and self.standbys is not None
+        subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
+        needed: dict[tuple[str, int], int] = {}
+        for task_id, task in self.standbys.tasks.items():
+            tps = [
+                TopicPartition(t, task_id.partition)
+                for t in subs[task_id.subtopology].source_topics
+            ]
+            consumer = self._consumer
+            found = self._call(lambda c=consumer, q=tps: c.committed(q, timeout=TIMEOUT_S),
+                               "read offsets")  # fmt: skip
+            committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
+            if committed:
+                needed.update(self._needed_offsets(task, CommitMetadata.latest(committed)))
+        return needed
+
+    def _needed_offsets(
+        self, task: StreamTask, metadata: CommitMetadata
+    ) -> dict[tuple[str, int], int]:
+        """The lowest offset of each changelog partition that the committed state needs.
+
+        A key-value store needs its whole changelog (compaction keeps the latest record per
+        key); a window or session store needs what its last commit recorded.
+        """
+        specs = {spec.name: spec for spec in task.subtopology.stores}
+        needed = {}
+        for store_name, tp in task.changelog_partitions().items():
+            if not specs[store_name].time_retained:
+                needed[tp] = 0
+            elif tp in metadata.needed:
+                needed[tp] = metadata.needed[tp].needed_from
+            elif not metadata.known:
+                log.info("%s-%d: the last commit predates needed-offset tracking; its log "
+                         "start is not checked until the next commit", *tp)  # fmt: skip
+        return needed
+
+    def _track_horizons(
+        self,
+        task: StreamTask,
+        ends: dict[tuple[str, int], int],
+        metadata: CommitMetadata,
+    ) -> None:
+        """Follow what each window or session store of ``task`` still needs of its changelog."""
+        specs = {spec.name: spec for spec in task.subtopology.stores}
+        for store_name, tp in task.changelog_partitions().items():
+            spec = specs[store_name]
+            if not spec.time_retained:
+                continue
+            margin = (spec.retention_ms or 0) + (spec.window_size_ms or 0)
+            horizon = ChangelogHorizon(margin, ends.get(tp, 0))
+            if tp in metadata.needed:
+                horizon.resume(metadata.needed[tp])
+            self._horizons[tp] = horizon
+
     def close(self, *, clean: bool = True) -> None:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
         try:
@@ -210,10 +279,12 @@ class Worker:
                 self.commit(force=True)
                 self._purge_repartition_topics()
         finally:
+            # A dirty close discards cached writes: flushing them would hand uncommitted
+            # results to processors and to a transaction that is being abandoned.
             for task in self.tasks.values():
-                task.close()
+                task.close(clean=clean)
             for state in self.task_states.values():
-                state.close()
+                state.close(clean=clean)
             self.tasks.clear()
             self.task_states.clear()
             if self.standbys is not None:
@@ -373,6 +444,14 @@ class Worker:
         self._changelog_committed.update(
             {tp: last + 1 for tp, last in self._collector.changelog_end.items()}
         )
+        for task in self.tasks.values():
+            for tp in task.changelog_partitions().values():
+                horizon = self._horizons.get(tp)
+                if horizon is not None:
+                    last = self._collector.changelog_end.get(tp)
+                    end = last + 1 if last is not None else 0
+                    newest = self._collector.newest_timestamp.get(tp, horizon.newest_written)
+                    horizon.committed(end, task.stream_time, newest)
         tps = [
             TopicPartition(t, p, off, metadata=self._metadata(self._task_by_tp[(t, p)]))
             for (t, p), off in sorted(changed.items())
@@ -493,7 +572,12 @@ class Worker:
             for tp in task.changelog_partitions().values()
             if tp in self._changelog_committed
         }
-        return CommitMetadata(task.stream_time, ends).encode()
+        needed = {
+            tp: self._horizons[tp].needed()
+            for tp in task.changelog_partitions().values()
+            if tp in self._horizons
+        }
+        return CommitMetadata(task.stream_time, ends, needed).encode()
 
     # -- metrics ----------------------------------------------------------------------------
 
@@ -559,16 +643,29 @@ def _is_fenced(error: KafkaError) -> bool:
 
 @dataclass(frozen=True)
 class CommitMetadata:
-    """What a task commits with its input offsets: its stream time and changelog end offsets."""
+    """What a task commits with its input offsets.
+
+    Its stream time, its changelogs' end offsets, and for window and session changelogs what
+    their stores still need (:class:`~fluvial.runtime.horizon.Needed`), which restoration
+    checks against the changelog's log start. ``known`` says whether the commit came from a
+    version of fluvial that records ``needed`` at all.
+    """
 
     stream_time: int = -1
     changelog_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    needed: dict[tuple[str, int], Needed] = field(default_factory=dict)
+    known: bool = False
 
     PREFIX = "fluvial:"
 
     def encode(self) -> str:
         ends = [[t, p, off] for (t, p), off in sorted(self.changelog_ends.items())]
-        return self.PREFIX + json.dumps({"st": self.stream_time, "cl": ends}, separators=(",", ":"))
+        needed = [
+            [t, p, n.needed_from, n.newest_start, n.newest_written]
+            for (t, p), n in sorted(self.needed.items())
+        ]
+        payload = {"st": self.stream_time, "cl": ends, "nd": needed}
+        return self.PREFIX + json.dumps(payload, separators=(",", ":"))
 
     @classmethod
     def decode(cls, metadata: str | None) -> CommitMetadata:
@@ -577,7 +674,11 @@ class CommitMetadata:
         try:
             data = json.loads(metadata[len(cls.PREFIX) :])
             ends = {(t, int(p)): int(off) for t, p, off in data.get("cl", [])}
-            return cls(int(data.get("st", -1)), ends)
+            needed = {
+                (t, int(p)): Needed(int(nf), int(ns), int(nw))
+                for t, p, nf, ns, nw in data.get("nd", [])
+            }
+            return cls(int(data.get("st", -1)), ends, needed, "nd" in data)
         except (ValueError, TypeError):
             return cls()
 
@@ -588,6 +689,9 @@ class CommitMetadata:
         for candidate in candidates:
             if candidate.stream_time >= best.stream_time:
                 best = cls(
-                    candidate.stream_time, {**best.changelog_ends, **candidate.changelog_ends}
+                    candidate.stream_time,
+                    {**best.changelog_ends, **candidate.changelog_ends},
+                    {**best.needed, **candidate.needed},
+                    best.known or candidate.known,
                 )
         return best

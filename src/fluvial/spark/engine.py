@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import ConfigError, StreamsError
+from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.engine import assign_slots, fence_stale_slots, plan_tasks
 from fluvial.runtime.loader import load_app
@@ -304,6 +304,13 @@ class SparkApplication:
         log.warning("lease %d failed (%d in a row): %s", self.leases, self._failed_in_a_row,
                     summary[:300])  # fmt: skip
         self._append_log({"lease": self.leases, "failed": summary[:300]})
+        gap = _changelog_gap(str(error))
+        if gap is not None:
+            # A changelog lost records a store needs: another lease would fail the same way.
+            # Counted on the driver: the failed lease's own metrics never came back.
+            first = min(self.layout, default=0)
+            self._slot_metrics.setdefault(first, WorkerMetrics(first)).restore_gaps += 1
+            raise ChangelogGapError(gap)
         if self._failed_in_a_row >= MAX_FAILED_LEASES:
             raise StreamsError(
                 f"{MAX_FAILED_LEASES} leases in a row failed; the last error: {summary[:2000]}"
@@ -363,3 +370,12 @@ class SparkApplication:
 
     def prometheus_metrics(self) -> str:
         return prometheus_text(self.config.application_id, self.metrics())
+
+
+def _changelog_gap(text: str) -> str | None:
+    """The message of a :class:`ChangelogGapError` raised inside a slot task, if there was one."""
+    marker = f"{ChangelogGapError.__name__}: "
+    at = text.find(marker)
+    if at < 0:
+        return None
+    return text[at + len(marker) :].splitlines()[0]

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from fluvial.state.base import ChangeListener, ChangelogRecord, KeyValueStore, WindowStore
+from fluvial.state.base import (
+    ChangeListener,
+    ChangelogRecord,
+    KeyValueStore,
+    StateStore,
+    WindowStore,
+)
 
 CK = TypeVar("CK", bound=Hashable)
 
@@ -415,3 +421,15 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
             self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
         if self._flush_listener is not None and (entry.value is not None or old is not None):
             self._flush_listener(record_key, start, entry.value, old, entry.timestamp_ms)
+
+
+def discard_caches(store: StateStore) -> None:
+    """Drop the entries of every record cache in a store's wrapper chain, unwritten.
+
+    For a dirty close: cached results of an abandoned transaction must go nowhere.
+    """
+    node: Any = store
+    while node is not None:
+        if isinstance(node, _Cache):
+            node.discard()
+        node = getattr(node, "inner", None)

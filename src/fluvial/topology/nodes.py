@@ -99,11 +99,26 @@ class StoreSpec:
             return None
         return f"{application_id}-{self.name}-changelog"
 
-    def changelog_configs(self) -> dict[str, str]:
-        """Topic configs the changelog needs: compacted; windows and sessions also expire."""
-        if self.kind in (WINDOW, SESSION):
-            retention = (self.retention_ms or 0) + ONE_DAY_MS
-            return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+    @property
+    def time_retained(self) -> bool:
+        """Whether the changelog also expires records by time (window and session stores)."""
+        return self.kind in (WINDOW, SESSION)
+
+    def changelog_configs(self, additional_retention_ms: int = ONE_DAY_MS) -> dict[str, str]:
+        """Topic configs the changelog needs: compacted; windows and sessions also expire.
+
+        Window and session changelogs are stamped by the broker at append time
+        (``LogAppendTime``), so their time retention counts from when a record was written, not
+        from its event time. A backfill of old event times then keeps its changelog for as long
+        as a live application would; with event-time stamps the broker would delete it at once.
+        """
+        if self.time_retained:
+            retention = (self.retention_ms or 0) + additional_retention_ms
+            return {
+                "cleanup.policy": "compact,delete",
+                "retention.ms": str(retention),
+                "message.timestamp.type": "LogAppendTime",
+            }
         if self.kind == VERSIONED_KEY_VALUE:
             # Compaction must not drop older versions while they are still within history.
             lag = (self.history_retention_ms or 0) + ONE_DAY_MS

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from fluvial.topology.nodes import Node, ProcessorNode, SinkNode, SourceNode, StoreSpec
+from fluvial.topology.nodes import (
+    ONE_DAY_MS,
+    Node,
+    ProcessorNode,
+    SinkNode,
+    SourceNode,
+    StoreSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -238,8 +245,13 @@ class Topology:
             }
         )
 
-    def internal_topics(self, application_id: str) -> list[InternalTopic]:
+    def internal_topics(
+        self, application_id: str, *, additional_retention_ms: int = ONE_DAY_MS
+    ) -> list[InternalTopic]:
         """Repartition and changelog topics, with full names and the configs they need.
+
+        ``additional_retention_ms`` is how long window and session changelogs keep records
+        past their store's retention.
 
         ``follows`` lists the user source topics whose (maximum) partition count the topic takes.
         """
@@ -269,7 +281,7 @@ class Topology:
                         InternalTopic(
                             name=changelog,
                             kind="changelog",
-                            configs=store.changelog_configs(),
+                            configs=store.changelog_configs(additional_retention_ms),
                             follows=sub.source_topics,
                         )
                     )
