@@ -178,6 +178,13 @@ def run(
         int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No live status line")] = False,
+    stop_timeout_s: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM or Ctrl-C, exit without the final commit if stopping takes longer "
+            "(Kafka unreachable); the next start resumes from the last commit"
+        ),
+    ] = 15.0,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -199,12 +206,12 @@ def run(
 
             code = run_spark_application(
                 app_file, config, master=master, workers=workers, console=console,
-                prometheus_port=prometheus_port, live=not quiet,
+                prometheus_port=prometheus_port, live=not quiet, stop_timeout_s=stop_timeout_s,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(
                 loaded.topology, config, workers=workers, console=console,
-                prometheus_port=prometheus_port, live=not quiet,
+                prometheus_port=prometheus_port, live=not quiet, stop_timeout_s=stop_timeout_s,
             )  # fmt: skip
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")

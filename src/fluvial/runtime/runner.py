@@ -1,24 +1,23 @@
 """``fluvial run``: an application in the foreground with a live status line.
 
-SIGTERM or SIGINT asks every worker to commit and stop; a second SIGINT exits at once (the
-next start then resumes from the last commit, as after a crash).
+SIGTERM or SIGINT asks every worker to commit and stop. If that takes longer than
+``stop_timeout_s`` (Kafka unreachable, say), the process exits without a final commit; a second
+SIGINT exits at once. Either way the next start resumes from the last commit, as after a crash.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
 
 from rich.console import Console
 
 from fluvial.config import StreamsConfig
 from fluvial.runtime.engine import Application
 from fluvial.runtime.metrics import summarize
+from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.topology.topology import Topology
 
 STATUS_INTERVAL_S = 0.5
@@ -66,27 +65,21 @@ def run_application(
     console: Console | None = None,
     prometheus_port: int | None = None,
     live: bool = True,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed)."""
     console = console or Console(stderr=True)
     app = Application(topology, config, workers=workers)
-    interrupted = {"count": 0}
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        interrupted["count"] += 1
-        if interrupted["count"] > 1 and signum == signal.SIGINT:
-            os._exit(130)  # the user insists: stop now, uncommitted work is redone next start
-        app.stop_event.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopper = SignalStop(app.stop_event.set, timeout_s=stop_timeout_s, console=console)
+    stopper.install()
     started = time.monotonic()
     console.print(
         f"fluvial: running {config.application_id} on {config.bootstrap_servers} "
         f"({config.processing_guarantee}, commit every {config.commit_interval_ms} ms)",
         highlight=False,
     )
-    app.start()
+    # Off the main thread: creating topics blocks in the Kafka client, and signals must not wait.
+    run_in_thread(app.start)
     server = _serve_prometheus(app, prometheus_port) if prometheus_port else None
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.workers)} worker(s); "
@@ -105,7 +98,8 @@ def run_application(
                     console.print(status_line(app, started), highlight=False)
                     last = time.monotonic()
     finally:
-        app.close()
+        run_in_thread(app.close)
+        stopper.done()
         if server is not None:
             server.shutdown()
     console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)

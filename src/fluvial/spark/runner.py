@@ -1,17 +1,15 @@
 """``fluvial run`` on the Spark engine: the same foreground loop and status line as the local one.
 
-SIGTERM or SIGINT lets the current lease end on its commit and stops; a second SIGINT kills
-the lease at once (the next start resumes from the last commit, as after a crash).
+SIGTERM or SIGINT lets the current lease end on its commit and stops, within
+``stop_timeout_s``; past it, or on a second SIGINT, the lease is cancelled and the process
+exits (the next start resumes from the last commit, as after a crash).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 
@@ -22,6 +20,7 @@ from fluvial.runtime.runner import (
     _serve_prometheus,
     status_line,
 )
+from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.spark.engine import SparkApplication
 
 
@@ -34,6 +33,7 @@ def run_spark_application(
     console: Console | None = None,
     prometheus_port: int | None = None,
     live: bool = True,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed)."""
     console = console or Console(stderr=True)
@@ -46,22 +46,16 @@ def run_spark_application(
         highlight=False,
         soft_wrap=True,
     )
-    interrupted = {"count": 0}
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        interrupted["count"] += 1
-        if interrupted["count"] > 1 and signum == signal.SIGINT:
-            app.cancel()
-            os._exit(130)  # the user insists: uncommitted work is redone at the next start
-        app.stop_event.set()
-
+    # Spark's jobs are cancelled before a forced exit; the JVM exits with this process.
+    stopper = SignalStop(
+        app.stop_event.set, timeout_s=stop_timeout_s, console=console, before_exit=app.cancel
+    )
     # Before start(): a signal during Spark's start-up must not leave a half-started JVM.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    app.start()
+    stopper.install()
+    run_in_thread(app.start)
     # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
     # so that Ctrl-C lets the lease commit.
-    signal.signal(signal.SIGINT, on_signal)
+    stopper.install()
     server = _serve_prometheus(app, prometheus_port) if prometheus_port else None  # type: ignore[arg-type]
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
@@ -81,7 +75,8 @@ def run_spark_application(
                     console.print(status_line(app, started), highlight=False)  # type: ignore[arg-type]
                     last = time.monotonic()
     finally:
-        app.close()
+        run_in_thread(app.close)
+        stopper.done()
         if server is not None:
             server.shutdown()
     console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)  # type: ignore[arg-type]

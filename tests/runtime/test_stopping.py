@@ -1,0 +1,90 @@
+"""``fluvial run`` stops within its stop timeout on SIGTERM, even when Kafka is unreachable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fluvial.kafka import LocalKafka, free_port
+from fluvial.kafka.admin import TopicSpec, create_topics
+from tests.runtime.harness import APP, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+STOP_TIMEOUT_S = 4.0
+# Python start-up and the process's own teardown on a loaded 2-core machine.
+SLACK_S = 20.0
+
+
+def start_run(bootstrap: str, tmp_path: Path, app_id: str) -> tuple[subprocess.Popen, Path]:
+    env = {
+        **os.environ,
+        "FLUVIAL_TEST_INPUT": "pageviews",
+        "FLUVIAL_TEST_OUTPUT": "counts",
+        "FLUVIAL_TEST_APP_ID": app_id,
+        "FLUVIAL_TEST_BOOTSTRAP": bootstrap,
+        "FLUVIAL_TEST_STATE_DIR": str(tmp_path / "state"),
+    }
+    log = tmp_path / f"{app_id}.log"
+    cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local",
+           "--stop-timeout-s", str(STOP_TIMEOUT_S)]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return proc, log
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def seconds_to_exit_after_sigterm(proc: subprocess.Popen) -> tuple[float, int]:
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(STOP_TIMEOUT_S + SLACK_S)
+    return time.monotonic() - sent, code
+
+
+def test_sigterm_while_the_brokers_cannot_be_reached_at_start(tmp_path: Path) -> None:
+    """Nothing listens on the bootstrap port: start-up blocks in the Kafka client."""
+    proc, log = start_run(f"127.0.0.1:{free_port()}", tmp_path, "no-broker")
+    try:
+        wait_until(lambda: "fluvial: running" in log.read_text(), 60, "the run to begin starting")
+        elapsed, code = seconds_to_exit_after_sigterm(proc)
+    finally:
+        kill_group(proc)
+    assert code in (1, 143), log.read_text()
+    assert elapsed < STOP_TIMEOUT_S + SLACK_S
+
+
+def test_sigterm_after_the_broker_stopped_answering(tmp_path: Path) -> None:
+    """A running application whose only broker hangs (SIGSTOP) still stops on SIGTERM."""
+    with LocalKafka(tmp_path / "kafka", port=free_port(), heap="512m") as kafka:
+        bootstrap = kafka.bootstrap_servers
+        create_topics(bootstrap, [TopicSpec("pageviews"), TopicSpec("counts")])
+        proc, log = start_run(bootstrap, tmp_path, "hung-broker")
+        broker_pid = kafka.pid(1)
+        assert broker_pid is not None
+        try:
+            wait_until(lambda: "Ctrl-C commits and stops" in log.read_text(), 120,
+                       "the application to run its tasks")  # fmt: skip
+            os.kill(broker_pid, signal.SIGSTOP)
+            try:
+                elapsed, code = seconds_to_exit_after_sigterm(proc)
+            finally:
+                os.kill(broker_pid, signal.SIGCONT)
+        finally:
+            kill_group(proc)
+    output = log.read_text()
+    assert code == 143, output
+    assert f"did not stop within {STOP_TIMEOUT_S:g} s" in output
+    assert elapsed < STOP_TIMEOUT_S + SLACK_S
