@@ -21,6 +21,7 @@ from tests.event_times import event_time_base_ms
 from tests.runtime.harness import (
     GRACE_MS,
     WINDOW_MS,
+    PageView,
     Runner,
     check_revisions_exactly_once,
     committed_offset,
@@ -77,37 +78,51 @@ def test_backfill_of_30_day_old_events_survives_kill_9_and_lost_state(
     changelog = STORE_CHANGELOG.format(app=runner.app_id)
     batches = [views[i : i + 750] for i in range(0, len(views), 750)]
     try:
-        runner.start()
-        done = 0
-        for kill, batch in enumerate(batches):
-            produce(bootstrap_servers, input_topic, batch)
-            if kill == len(batches) - 1:
-                break
-            wanted = done + len(batch) // 2
-
-            def progressed(wanted: int = wanted) -> int:
-                return committed(bootstrap_servers, runner.app_id, input_topic) >= wanted
-
-            wait_until(progressed, 180, "part of the batch to be committed")
-            # Past two retention checks of the broker: an event-time-stamped changelog of
-            # 30-day-old windows would be gone by now.
-            time.sleep(11)
-            done = committed(bootstrap_servers, runner.app_id, input_topic)
-            runner.kill9()
-            shutil.rmtree(state_dir / runner.app_id, ignore_errors=True)
-            runner.start()
-
-        def complete() -> bool:
-            return dict(read_revisions(bootstrap_servers, output_topic)) == oracle
-
-        wait_until(complete, 240, "the committed output to reach the oracle's final counts")
-        assert runner.stop() == 0, runner.output()
+        _run_backfill(bootstrap_servers, runner, input_topic, output_topic, batches, oracle)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}\n--- fluvial run ---\n{runner.output()[-3000:]}") from None
     finally:
         if runner.proc is not None and runner.proc.poll() is None:
             runner.kill9()
     check_revisions_exactly_once(read_revisions(bootstrap_servers, output_topic), oracle)
     assert topic_config(bootstrap_servers, changelog, "message.timestamp.type") == "LogAppendTime"
     assert log_start(bootstrap_servers, changelog) == 0, "the broker deleted changelog records"
+
+
+def _run_backfill(
+    bootstrap: str,
+    runner: Runner,
+    input_topic: str,
+    output_topic: str,
+    batches: list[list[PageView]],
+    oracle: dict[tuple[str, int], int],
+) -> None:
+    """Produce batch by batch; between batches, kill -9 and wipe the local state."""
+    runner.start()
+    done = 0
+    for index, batch in enumerate(batches):
+        produce(bootstrap, input_topic, batch)
+        if index == len(batches) - 1:
+            break
+        wanted = done + len(batch) // 2
+        wait_until(
+            lambda wanted=wanted: committed(bootstrap, runner.app_id, input_topic) >= wanted,
+            180,
+            "part of the batch to be committed",
+        )
+        # Past two retention checks of the broker: an event-time-stamped changelog of
+        # 30-day-old windows would be gone by now.
+        time.sleep(11)
+        done = committed(bootstrap, runner.app_id, input_topic)
+        runner.kill9()
+        shutil.rmtree(runner.state_dir / runner.app_id, ignore_errors=True)
+        runner.start()
+    wait_until(
+        lambda: dict(read_revisions(bootstrap, output_topic)) == oracle,
+        240,
+        "the committed output to reach the oracle's final counts",
+    )
+    assert runner.stop() == 0, runner.output()
 
 
 def figure2(input_topic: str, output_topic: str) -> StreamsBuilder:
