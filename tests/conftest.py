@@ -2,12 +2,18 @@
 
 Every integration test shares the session's cluster and SparkSession; factories hand each test
 its own topic names and application ids so tests never see each other's data.
+
+Every process a test starts goes through ``tests/processes.py``; however the test ends, the
+processes it started are stopped when it ends, and the terminal summary names any that were
+still running then.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,12 +22,56 @@ import pytest
 
 from fluvial.kafka import LocalKafka, free_port
 from fluvial.kafka.admin import TopicSpec, create_topics
+from tests import processes
 
 # Modest heaps: Kafka and Spark share a 2-core machine with the tests themselves.
 TEST_BROKER_HEAP = os.environ.get("FLUVIAL_TEST_BROKER_HEAP", "768m")
 TEST_SPARK_MEMORY = os.environ.get("FLUVIAL_TEST_SPARK_MEMORY", "1g")
 
 _counter = itertools.count()
+_left_running: list[str] = []  # processes tests left behind, stopped by the fixtures below
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM to pytest (a CI job cancelled, a runner's own timeout) unwinds like Ctrl-C, so
+    # fixtures tear down and stop what the tests started; by default it would end pytest at
+    # once and leave them running. A second SIGTERM meanwhile is ignored: teardown is bounded.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        terminated = []
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            if not terminated:
+                terminated.append(signum)
+                raise KeyboardInterrupt("SIGTERM")
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+    atexit.register(processes.stop_all, everything=True)  # if pytest ends without teardown
+
+
+@pytest.fixture(autouse=True)
+def _stop_processes_the_test_started(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Stop every process the test started that still runs when it ends, however it ends."""
+    processes.set_owner(request.node.nodeid)
+    try:
+        yield
+    finally:
+        processes.set_owner(None)
+        left = processes.stop_all(request.node.nodeid)
+        _left_running.extend(f"{request.node.nodeid}: {what}" for what in left)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_every_registered_process() -> Iterator[None]:
+    """The session's safety net: whatever a session fixture (or anything else) registered."""
+    yield
+    _left_running.extend(f"session: {what}" for what in processes.stop_all(everything=True))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's reporter
+    if _left_running:
+        terminalreporter.section("processes still running when their test ended (stopped)")
+        for line in _left_running:
+            terminalreporter.line(line)
 
 
 @pytest.fixture(scope="session")

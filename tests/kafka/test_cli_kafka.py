@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from tests import processes
 
 from fluvial.kafka import LocalKafka, free_port
 
@@ -17,13 +18,17 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def fluvial(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fluvial.cli", *args], capture_output=True, text=True, timeout=180
-    )
+    result = processes.run([sys.executable, "-m", "fluvial.cli", *args], timeout=180)
+    if args[:2] == ("kafka", "start"):
+        # The broker outlives the CLI: it is the test's to stop, even if the test fails.
+        data_dir = Path(args[args.index("--data-dir") + 1])
+        for line in java_processes_using(data_dir):
+            processes.adopt(int(line.split()[0]), f"the broker in {data_dir}")
+    return result
 
 
 def java_processes_using(data_dir: Path) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", str(data_dir)], capture_output=True, text=True).stdout
+    out = processes.run(["pgrep", "-af", str(data_dir)], timeout=30).stdout
     return [line for line in out.splitlines() if "kafka.Kafka" in line]
 
 
@@ -99,10 +104,10 @@ def test_port_in_use_is_a_one_line_error_with_the_fix(
 
 def test_missing_java_is_reported_with_the_fix(tmp_path: Path, fluvial_home: Path) -> None:
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java-here")}
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "fluvial.cli", "kafka", "start", "--data-dir", str(tmp_path / "c"),
          "--port", str(free_port())],
-        capture_output=True, text=True, env=env, timeout=60,
+        env=env, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1
     assert "Java 17+" in result.stderr and "JAVA_HOME" in result.stderr

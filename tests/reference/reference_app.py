@@ -21,6 +21,7 @@ from fluvial import StreamsConfig
 from fluvial.jvm import _CENTRAL_ONLY_SETTINGS, java_executable, maven_executable
 from fluvial.runtime import Application
 from fluvial.topology import Topology
+from tests import processes
 from tests.runtime.harness import committed_offset
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
@@ -29,6 +30,8 @@ JAR = TARGET / "fluvial-reference.jar"
 # How long an engine must process nothing, with its input committed, before it counts as done.
 # Repartitioned records become visible one commit (100 ms) later, so 2 s leaves a wide margin.
 IDLE_S = 2.0
+# A first build downloads Kafka Streams and its dependencies from Maven Central.
+BUILD_TIMEOUT_S = 1800
 
 
 class ReferenceBuildError(RuntimeError):
@@ -67,7 +70,7 @@ def build_reference_jar() -> Path:
             settings = TARGET / "settings.xml"
             settings.write_text(_CENTRAL_ONLY_SETTINGS)
             cmd += ["-s", str(settings)]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = processes.run(cmd, timeout=BUILD_TIMEOUT_S, what="building the reference app")
         if result.returncode != 0 or not JAR.exists():
             output = (result.stdout + result.stderr).strip()
             raise ReferenceBuildError(
@@ -98,7 +101,8 @@ class ReferenceRun:
             self.topology, self.bootstrap, self.input_topic, self.output_topic, self.application_id,
         ]  # fmt: skip
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = processes.spawn(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                        what=f"the reference app ({self.topology})")  # fmt: skip
         return self
 
     def wait(self, timeout_s: float) -> None:
@@ -107,8 +111,7 @@ class ReferenceRun:
         try:
             code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+            processes.stop(self.proc)
             raise AssertionError(
                 f"the reference app ({self.topology}) did not finish within {timeout_s:.0f} s:\n"
                 f"{self.output()[-4000:]}"

@@ -29,6 +29,7 @@ from fluvial import (
     TimeWindows,
     serdes,
 )
+from tests.event_times import event_time_base_ms
 from tests.runtime.harness import generate_views
 
 WINDOW_MS, GRACE_MS = 5000, 2000
@@ -194,6 +195,8 @@ def build_table_table(kind: str) -> Callable[[StreamsBuilder, str, str], None]:
 
 
 # -- seeded inputs ---------------------------------------------------------------------------
+# Event times start near the wall clock (tests/event_times.py): the broker deletes the window
+# stores' changelogs by record timestamp.
 
 
 def page_views(seed: int, count: int) -> list[Record]:
@@ -204,7 +207,7 @@ def page_views(seed: int, count: int) -> list[Record]:
 def table_rows(seed: int, count: int) -> list[Record]:
     """Updates of a few users' rows (so categories move between groups) and tombstones."""
     rng = random.Random(seed)
-    clock, rows = 1_000_000, []
+    clock, rows = event_time_base_ms(), []
     for _ in range(count):
         clock += rng.randint(0, 200)
         timestamp = clock - rng.randint(0, 3000) if rng.random() < 0.2 else clock
@@ -226,7 +229,7 @@ def join_sides(seed: int, count: int, *, deletes: bool) -> list[Record]:
     payloads are ``-``, read as a deletion where a side is a table.
     """
     rng = random.Random(seed)
-    clock, records = 1_000_000, []
+    clock, records = event_time_base_ms(), []
     reach = JOIN_DIFFERENCE_MS + JOIN_GRACE_MS
     for i in range(count):
         clock += rng.randint(0, 600)

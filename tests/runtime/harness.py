@@ -21,6 +21,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial import serdes
+from tests import processes
+from tests.event_times import event_time_base_ms
 
 APP = Path(__file__).parent / "apps" / "figure2.py"
 WINDOW_MS, GRACE_MS = 5000, 2000
@@ -39,11 +41,15 @@ class PageView:
         return json.dumps({"period": self.period, "category": self.category}).encode()
 
 
-def generate_views(seed: int, count: int, *, start_ms: int = 1_000_000) -> list[PageView]:
-    """Mostly increasing timestamps, some out of order within grace, a few far too late."""
+def generate_views(seed: int, count: int, *, start_ms: int | None = None) -> list[PageView]:
+    """Mostly increasing timestamps, some out of order within grace, a few far too late.
+
+    Event times start at ``start_ms``, by default near the wall clock (see
+    ``tests/event_times.py``): the broker deletes window changelogs by record timestamp.
+    """
     rng = random.Random(seed)
     views = []
-    clock = start_ms
+    clock = event_time_base_ms() if start_ms is None else start_ms
     for _ in range(count):
         clock += rng.randint(0, 120)
         ts = clock
@@ -162,6 +168,11 @@ class Runner:
     log: Path | None = None
 
     def start(self, *, prometheus_port: int | None = None) -> None:
+        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local"]
+        self._launch(cmd, {}, prometheus_port)
+
+    def _launch(self, cmd: list[str], env: dict[str, str], prometheus_port: int | None) -> None:
+        """Start ``cmd`` as a fresh process, its output in a new log; stopped with the test."""
         env = {
             **os.environ,
             "FLUVIAL_TEST_INPUT": self.input_topic,
@@ -171,15 +182,16 @@ class Runner:
             "FLUVIAL_TEST_GUARANTEE": self.guarantee,
             "FLUVIAL_TEST_COMMIT_MS": str(self.commit_ms),
             "FLUVIAL_TEST_STATE_DIR": str(self.state_dir),
+            **env,
             **self.extra_env,
         }
-        cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local"]
         if prometheus_port:
-            cmd += ["--prometheus-port", str(prometheus_port)]
+            cmd = [*cmd, "--prometheus-port", str(prometheus_port)]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = processes.spawn(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        what=f"fluvial run ({self.app_id})")  # fmt: skip
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -189,7 +201,7 @@ class Runner:
         self.signal(signal.SIGKILL)
         self.wait(10)
 
-    def wait_ready(self, timeout_s: float = 60) -> None:
+    def wait_ready(self, timeout_s: float = 120) -> None:
         """Wait until the application runs its tasks (its signal handlers are in place)."""
         wait_until(
             lambda: "Ctrl-C commits and stops" in self.output() or self.proc.poll() is not None,
@@ -211,6 +223,21 @@ class Runner:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log else ""
+
+
+def open_transaction_records(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """How far the log end is past the last stable offset: > 0 while a transaction that wrote to
+    the partition is open (its records are in the log, not committed and not aborted)."""
+    ends = []
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "open-transactions",
+                             "isolation.level": isolation})  # fmt: skip
+        try:
+            ends.append(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])
+        finally:
+            consumer.close()
+    log_end, last_stable = ends
+    return log_end - last_stable
 
 
 def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
@@ -245,27 +272,10 @@ class SparkRunner(Runner):
     engine: str = "spark"
 
     def start(self, *, prometheus_port: int | None = None) -> None:
-        env = {
-            **os.environ,
-            "FLUVIAL_TEST_INPUT": self.input_topic,
-            "FLUVIAL_TEST_OUTPUT": self.output_topic,
-            "FLUVIAL_TEST_APP_ID": self.app_id,
-            "FLUVIAL_TEST_BOOTSTRAP": self.bootstrap,
-            "FLUVIAL_TEST_GUARANTEE": self.guarantee,
-            "FLUVIAL_TEST_COMMIT_MS": str(self.commit_ms),
-            "FLUVIAL_TEST_STATE_DIR": str(self.state_dir),
-            "FLUVIAL_SPARK_LEASE_MS": str(self.lease_ms),
-            **self.extra_env,
-        }
         cmd = [sys.executable, "-m", "fluvial.cli", "run", str(self.app), "--engine", self.engine]
         if self.engine == "spark":
             cmd += ["--master", self.master]
-        if prometheus_port:
-            cmd += ["--prometheus-port", str(prometheus_port)]
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._launch(cmd, {"FLUVIAL_SPARK_LEASE_MS": str(self.lease_ms)}, prometheus_port)
 
     def leases(self) -> list[dict]:
         """The driver's lease log: one entry per lease (slots, attempts, pids, restores)."""

@@ -15,7 +15,9 @@ from fluvial.state.base import from_timestamped_bytes, parse_window_store_key
 from tests.runtime.harness import (
     Runner,
     check_revisions_exactly_once,
+    committed_offset,
     generate_views,
+    open_transaction_records,
     oracle_counts,
     produce,
     read_revisions,
@@ -81,7 +83,7 @@ def test_eos_figure2_survives_repeated_kill_9(
         return final_values(read_revisions(bootstrap_servers, output_topic)) == oracle
 
     try:
-        wait_until(complete, 120, "the committed output to reach the oracle's final counts")
+        wait_until(complete, 180, "the committed output to reach the oracle's final counts")
     finally:
         assert runner.stop() == 0, runner.output()
     revisions = read_revisions(bootstrap_servers, output_topic)
@@ -117,11 +119,39 @@ def test_alos_figure2_loses_nothing_under_kill_9(
         return {w: (last.get(w), n) for w, n in oracle.items() if last.get(w, 0) < n}
 
     try:
-        wait_until(lambda: not short_windows(), 120, "every window to reach the oracle's count")
+        wait_until(lambda: not short_windows(), 180, "every window to reach the oracle's count")
     except AssertionError:
         raise AssertionError(f"windows below the oracle: {short_windows()}") from None
     finally:
         assert runner.stop() == 0, runner.output()
+
+
+def freeze_mid_transaction(runner: Runner, views: list, start: int) -> int:
+    """Feed ``views[start:]`` slice by slice until ``runner`` is caught with a transaction open
+    (revisions in the output log, not yet committed), and SIGSTOP it there.
+
+    Returns how many views are in the input by then. Whether a slice's transaction is still
+    open when the test looks depends on timing, so a slice that was committed before the test
+    could stop the runner is simply followed by the next one.
+    """
+    bootstrap, end = runner.bootstrap, start
+    while end < len(views):
+        produce(bootstrap, runner.input_topic, views[end : end + 100])
+        end = min(end + 100, len(views))
+
+        def open_or_done(fed: int = end) -> str | None:
+            if open_transaction_records(bootstrap, runner.output_topic) > 0:
+                return "open"
+            if committed_offset(bootstrap, runner.app_id, runner.input_topic) >= fed:
+                return "committed"
+            return None
+
+        if wait_until(open_or_done, 120, "the runner to process the slice", 0.05) == "open":
+            runner.signal(signal.SIGSTOP)
+            if open_transaction_records(bootstrap, runner.output_topic) > 0:
+                return end
+            runner.signal(signal.SIGCONT)  # it committed just before it stopped: next slice
+    raise AssertionError("the runner committed every slice before it could be stopped mid-way")
 
 
 def test_zombie_writes_never_become_visible(
@@ -132,25 +162,24 @@ def test_zombie_writes_never_become_visible(
     input_topic = topic_factory("pageviews")
     output_topic = topic_factory("counts")
     app_id = unique_name("app")
-    # Two instances on different "machines" (state directories) run the same slot.
+    # Two instances on different "machines" (state directories) run the same slot. The zombie
+    # commits every 5 s, so most of the time it has a transaction open.
     zombie = Runner(bootstrap_servers, app_id, input_topic, output_topic, tmp_path / "a",
-                    commit_ms=2000)  # fmt: skip
+                    commit_ms=5000)  # fmt: skip
     successor = Runner(bootstrap_servers, app_id, input_topic, output_topic, tmp_path / "b",
                        commit_ms=300)  # fmt: skip
     zombie.start()
     produce(bootstrap_servers, input_topic, views[:700])
-    wait_until(lambda: read_revisions(bootstrap_servers, output_topic), 60, "first output")
-    produce(bootstrap_servers, input_topic, views[700:1000])
-    time.sleep(0.5)  # the zombie is now mid-transaction with uncommitted revisions
-    zombie.signal(signal.SIGSTOP)
+    wait_until(lambda: read_revisions(bootstrap_servers, output_topic), 120, "first output")
+    # The zombie freezes mid-transaction, with revisions written that it has not committed.
+    fed = freeze_mid_transaction(zombie, views, 700)
     successor.start()  # fences the zombie's transactional id and takes its tasks over
-    produce(bootstrap_servers, input_topic, views[1000:])
+    produce(bootstrap_servers, input_topic, views[fed:])
     complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
-    wait_until(complete, 90, "the successor to finish the input")
+    wait_until(complete, 180, "the successor to finish the input")
     zombie.signal(signal.SIGCONT)
-    assert zombie.wait(60) != 0, "a fenced zombie must stop with an error"
+    assert zombie.wait(120) != 0, "a fenced zombie must stop with an error"
     assert "fenced" in zombie.output()
-    time.sleep(1)
     assert successor.stop() == 0, successor.output()
     check_revisions_exactly_once(read_revisions(bootstrap_servers, output_topic), oracle)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial.kafka import free_port
+from tests import processes
 from tests.runtime.harness import (
     Runner,
     check_revisions_exactly_once,
@@ -62,7 +62,7 @@ def test_recovery_restores_only_the_suffix_since_the_last_commit(
                     tmp_path / "state", commit_ms=200)  # fmt: skip
     runner.start()
     produce(bootstrap_servers, input_topic, views[:3000])
-    wait_until(lambda: len(read_revisions(bootstrap_servers, output_topic)) > 1500, 90,
+    wait_until(lambda: len(read_revisions(bootstrap_servers, output_topic)) > 1500, 180,
                "most of the first input to be processed")  # fmt: skip
     runner.kill9()  # a crash, most likely with a transaction open
     changelog = f"{runner.app_id}-{STORE}-changelog"
@@ -74,7 +74,7 @@ def test_recovery_restores_only_the_suffix_since_the_last_commit(
     metrics = scrape(port)
     produce(bootstrap_servers, input_topic, views[3000:])
     complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
-    wait_until(complete, 90, "the output to reach the oracle")
+    wait_until(complete, 180, "the output to reach the oracle")
     assert runner.stop() == 0, runner.output()
 
     restored = metrics["fluvial_worker_restored"]
@@ -112,7 +112,7 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_processing_continues(
                                "FLUVIAL_TEST_DLT": dead_letters})  # fmt: skip
     runner.start()
     complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
-    wait_until(complete, 90, "every good record to be counted")
+    wait_until(complete, 180, "every good record to be counted")
     assert runner.stop() == 0, runner.output()
     [dead] = read_topic(bootstrap_servers, dead_letters)
     assert dead.value() == b"{not json" and dead.key() == b"user-x"
@@ -129,7 +129,7 @@ def test_poison_record_with_fail_stops_without_committing_past_it(
     runner = Runner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
                     tmp_path / "state")  # fmt: skip
     runner.start()
-    code = runner.wait(120)
+    code = runner.wait(180)
     assert code == 1, runner.output()
     assert "cannot deserialize" in runner.output()
     assert f"{input_topic}-0@{poison_offset}" in runner.output()
@@ -148,14 +148,14 @@ def test_reset_then_rerun_reproduces_the_final_output(
                     tmp_path / "state")  # fmt: skip
     runner.start()
     complete = lambda: final_values(read_revisions(bootstrap_servers, output_topic)) == oracle  # noqa: E731
-    wait_until(complete, 90, "the first run to finish")
+    wait_until(complete, 180, "the first run to finish")
     assert runner.stop() == 0, runner.output()
     first_run = len(read_revisions(bootstrap_servers, output_topic))
 
-    reset = subprocess.run(
+    reset = processes.run(
         [sys.executable, "-m", "fluvial.cli", "reset", runner.app_id,
          "--bootstrap-servers", bootstrap_servers, "--state-dir", str(runner.state_dir)],
-        capture_output=True, text=True, timeout=120,
+        timeout=180,
     )  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     assert "internal topic(s) deleted" in reset.stderr
@@ -168,7 +168,7 @@ def test_reset_then_rerun_reproduces_the_final_output(
         again = read_revisions(bootstrap_servers, output_topic)[first_run:]
         return final_values(again) == oracle
 
-    wait_until(rerun_complete, 90, "the rerun to reproduce the final output")
+    wait_until(rerun_complete, 180, "the rerun to reproduce the final output")
     assert runner.stop() == 0, runner.output()
     rerun = read_revisions(bootstrap_servers, output_topic)[first_run:]
     check_revisions_exactly_once(rerun, oracle)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from tests import processes
 from tests.spark.sink_harness import read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -30,12 +30,12 @@ def test_enrich_example_joins_the_table_and_writes_each_view_once(
         producer.produce(views, key=user.encode(), value=json.dumps({"page": page}).encode())
     assert producer.flush(30) == 0
 
-    run = subprocess.run(
+    run = processes.run(
         [sys.executable, "examples/spark_enrich.py", "--bootstrap", bootstrap_servers,
          "--checkpoint", str(tmp_path / "ckpt"), "--views", views, "--regions", regions,
          "--output", out, "--sink-id", unique_name("sink"), "--master", "local[2]",
          "--available-now"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO, timeout=300, what="examples/spark_enrich.py",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     written = [json.loads(m.value()) for m in read_all(bootstrap_servers, out)]

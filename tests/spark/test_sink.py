@@ -14,6 +14,8 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tests import processes
+from tests.event_times import event_time_base_ms
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import read_all, values
 
@@ -153,22 +155,22 @@ def test_zombie_writer_is_fenced_by_the_next_attempt(
     sink = KafkaSink(out, bootstrap_servers=bootstrap_servers, sink_id=unique_name("sink"))
     sink._ensure_marker_topic(1)
     rows = [f"z{i % 4}-{i}" for i in range(100)]
-    zombie = subprocess.Popen(
+    # The zombie writes 10 of its rows and then waits for the test, its transaction open.
+    zombie = processes.spawn(
         [sys.executable, "-m", "tests.spark.slow_writer", bootstrap_servers, out, sink.sink_id,
-         "3", "100", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "3", "100", "0.05", "10"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        what="the zombie sink writer",
     )  # fmt: skip
-    try:
-        # Stop it mid-transaction: some of its records are in the log, none committed.
-        wait_until(lambda: high_watermark(bootstrap_servers, out) >= 10, 60,
-                   "the zombie to write part of its batch", interval_s=0.05)  # fmt: skip
-        zombie.send_signal(signal.SIGSTOP)
-        assert values(bootstrap_servers, out) == []
-        result = sink(frame(spark, rows, 1), 3)  # the next attempt of the same batch partition
-        assert (result.records_written, result.partitions_skipped) == (100, ())
-    finally:
-        zombie.send_signal(signal.SIGCONT)
-    _, stderr = zombie.communicate(timeout=120)
+    # Stop it mid-transaction: some of its records are in the log, none committed.
+    wait_until(lambda: high_watermark(bootstrap_servers, out) >= 10, 120,
+               "the zombie to write part of its batch", interval_s=0.05)  # fmt: skip
+    zombie.send_signal(signal.SIGSTOP)
+    assert values(bootstrap_servers, out) == []
+    result = sink(frame(spark, rows, 1), 3)  # the next attempt of the same batch partition
+    assert (result.records_written, result.partitions_skipped) == (100, ())
+    zombie.send_signal(signal.SIGCONT)
+    _, stderr = zombie.communicate("go on\n", timeout=120)  # it writes the rest, then commits
     assert zombie.returncode != 0
     assert "fenced" in stderr.lower() or "epoch" in stderr.lower(), stderr[-2000:]
     assert Counter(values(bootstrap_servers, out)) == Counter(rows)
@@ -208,10 +210,11 @@ def test_columns_of_spark_kafka_sink_including_headers_partition_and_timestamp(
     out = topic_factory("out", partitions=3)
     other = topic_factory("other")
     sink = KafkaSink(out, bootstrap_servers=bootstrap_servers, sink_id=unique_name("sink"))
+    first_ts, second_ts = event_time_base_ms() + 123, event_time_base_ms() + 456
     batch = spark.createDataFrame(
         [
-            (b"k1", "v1", None, 2, [("h", b"x")], 1_700_000_000_123),
-            (None, "v2", other, None, None, 1_700_000_000_456),
+            (b"k1", "v1", None, 2, [("h", b"x")], first_ts),
+            (None, "v2", other, None, None, second_ts),
         ],
         "key binary, value string, topic string, partition int, "
         "headers array<struct<key:string,value:binary>>, timestamp long",
@@ -220,9 +223,9 @@ def test_columns_of_spark_kafka_sink_including_headers_partition_and_timestamp(
     [first] = read_all(bootstrap_servers, out)
     assert (first.key(), first.value(), first.partition()) == (b"k1", b"v1", 2)
     assert first.headers() == [("h", b"x")]
-    assert first.timestamp()[1] == 1_700_000_000_123
+    assert first.timestamp()[1] == first_ts
     [second] = read_all(bootstrap_servers, other)
-    assert (second.key(), second.value(), second.timestamp()[1]) == (None, b"v2", 1_700_000_000_456)
+    assert (second.key(), second.value(), second.timestamp()[1]) == (None, b"v2", second_ts)
 
 
 def test_bad_columns_config_and_missing_topic_are_refused_before_writing(

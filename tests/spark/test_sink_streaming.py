@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from tests import processes
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import values
 
@@ -49,8 +50,9 @@ class Query:
         self.log = (tmp_path / "driver.log").open("a")
 
     def start(self) -> subprocess.Popen:
-        return subprocess.Popen(self.argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        """A fresh driver in a process group of its own (driver, Spark JVM, Python workers)."""
+        return processes.spawn(self.argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
+                               what="a streaming query (tests.spark.sink_query)")  # fmt: skip
 
     def events(self) -> list[str]:
         return self.progress.read_text().splitlines() if self.progress.exists() else []
@@ -61,6 +63,30 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait(30)
 
 
+def kill_mid_batch(query: Query, driver: subprocess.Popen, rng: random.Random) -> None:
+    """Kill the driver's whole group part-way through a batch (after its start, before its end).
+
+    The driver is frozen at a random moment after a batch began; if that batch had already
+    ended by then, the driver runs on to its next batch and is tried again.
+    """
+    seen = len(query.events())
+    deadline = time.monotonic() + 300
+    while True:
+        # Wait for a batch to begin after the ones already looked at, then let it run a little.
+        wait_until(lambda s=seen: any(e.startswith("start") for e in query.events()[s:]),
+                   max(1.0, deadline - time.monotonic()), "the query to begin a batch",
+                   interval_s=0.05)  # fmt: skip
+        time.sleep(rng.uniform(0.0, 0.6))
+        os.killpg(driver.pid, signal.SIGSTOP)  # freeze, then look: is a batch in progress?
+        events = query.events()
+        if events[-1].startswith("start"):
+            kill_group(driver)
+            return
+        assert driver.poll() is None, f"the query ended before it could be killed: {events}"
+        seen = len(events)
+        os.killpg(driver.pid, signal.SIGCONT)  # between batches: let it run to the next one
+
+
 def test_query_killed_mid_batch_and_restarted_writes_each_record_once(
     bootstrap_servers, topic_factory, unique_name, tmp_path
 ) -> None:
@@ -69,20 +95,8 @@ def test_query_killed_mid_batch_and_restarted_writes_each_record_once(
     query = Query(tmp_path, bootstrap=bootstrap_servers, input=source, output=out,
                   sink="fluvial", sink_id=unique_name("sink"), max_offsets=150)  # fmt: skip
     rng = random.Random(9)
-    kills = []
     for _ in range(4):
-        seen = len(query.events())
-        driver = query.start()
-        # Wait for a batch to begin in this run, then kill the driver part-way through it.
-        wait_until(lambda s=seen: any(e.startswith("start") for e in query.events()[s:]), 180,
-                   "the restarted query to begin a batch", interval_s=0.05)  # fmt: skip
-        time.sleep(rng.uniform(0.0, 0.6))
-        os.killpg(driver.pid, signal.SIGSTOP)  # freeze, then look: is a batch in progress?
-        last = query.events()[-1]
-        kill_group(driver)
-        kills.append(last)
-    # Every kill landed inside a batch: the last event before each was its start.
-    assert all(event.startswith("start") for event in kills), kills
+        kill_mid_batch(query, query.start(), rng)
 
     final = query.start()
     assert final.wait(300) == 0, "the last run should catch up and stop by itself"

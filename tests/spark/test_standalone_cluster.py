@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 import pytest
+from tests import processes
 from tests.runtime.harness import (
     SparkRunner,
     check_revisions_exactly_once,
@@ -58,10 +58,9 @@ def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def launch(name: str, args: list[str], extra: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen([str(SPARK_CLASS), *args], env={**env, **extra}, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-        log.close()
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            proc = processes.spawn([SPARK_CLASS, *args], env={**env, **extra}, stdout=log,
+                                   stderr=subprocess.STDOUT, what=f"Spark {name}")  # fmt: skip
         procs.append(proc)
         return proc
 
@@ -89,18 +88,16 @@ def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
             # Executors inherit the worker's environment: each worker, its own state directory.
             {"FLUVIAL_EXECUTOR_STATE_DIR": str(state_dirs[name])},
         )
-    wait_until(
-        lambda: (tmp_path / "master.log").read_text().count("Registering worker") >= 2,
-        90,
-        "two workers to register with the master",
-    )
     try:
+        wait_until(
+            lambda: (tmp_path / "master.log").read_text().count("Registering worker") >= 2,
+            180,
+            "two workers to register with the master",
+        )
         yield StandaloneCluster(master_url, master, workers, state_dirs)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(30)
+        for proc in reversed(procs):  # workers (and their executors) first, then the master
+            processes.stop(proc)
 
 
 def test_executor_loss_moves_slot_and_restores_from_changelog(
@@ -110,9 +107,7 @@ def test_executor_loss_moves_slot_and_restores_from_changelog(
     unique_name,
     tmp_path: Path,
 ) -> None:
-    # Recent timestamps: window changelogs are compact,delete with a retention, and records
-    # from 1970 would be deleted before anyone could restore them.
-    views = generate_views(seed=13, count=3000, start_ms=int(time.time() * 1000) - 600_000)
+    views = generate_views(seed=13, count=3000)
     oracle, _dropped = oracle_counts(views)
     runner = SparkRunner(bootstrap_servers, unique_name("app"), topic_factory("pageviews"),
                          topic_factory("counts"), tmp_path / "driver", commit_ms=300,

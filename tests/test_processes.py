@@ -1,0 +1,91 @@
+"""The safety net for processes tests start: ``tests/processes.py`` stops whole process trees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from tests import processes
+from tests.processes import _stat
+
+
+def alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[2] not in "ZX"
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        stat = _stat(entry) if entry.isdigit() else None
+        if stat is not None and stat[0] == pid and stat[2] not in "ZX":
+            found.append(int(entry))
+    return found
+
+
+def wait_for(condition, what: str, timeout_s: float = 30):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_stopped_tree_is_continued_terminated_and_gone() -> None:
+    # A shell with a child in its group and a grandchild in a session of its own.
+    proc = processes.spawn(["sh", "-c", "sleep 300 & setsid sleep 301 & wait"])
+    shell_children = wait_for(lambda: len(children_of(proc.pid)) == 2 and children_of(proc.pid),
+                              "the shell's two children")  # fmt: skip
+    os.killpg(proc.pid, signal.SIGSTOP)  # as a test does to a zombie
+    for pid in shell_children:
+        os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    assert processes.stop(proc) is True
+    assert time.monotonic() - started < processes.GRACE_S, "SIGTERM sufficed, no SIGKILL wait"
+    assert proc.returncode == -signal.SIGTERM
+    assert not any(alive(pid) for pid in [proc.pid, *shell_children])
+    assert processes.stop(proc) is False, "stopping it again finds nothing running"
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period() -> None:
+    proc = processes.spawn(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"],
+                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    assert processes.stop(proc, grace_s=0.5) is True
+    assert proc.returncode == -signal.SIGKILL
+    assert 0.5 <= time.monotonic() - started < 10
+
+
+def test_stop_all_stops_what_a_test_left_running_and_names_it() -> None:
+    processes.set_owner("test-a")
+    try:
+        left = processes.spawn(["sleep", "300"], what="left running")
+        done = processes.spawn(["true"], what="finished by itself")
+        processes.set_owner("test-b")
+        other = processes.spawn(["sleep", "300"], what="another test's")
+    finally:
+        processes.set_owner(None)
+    done.wait(30)
+    assert processes.stop_all("test-a") == [f"left running (pid {left.pid})"]
+    assert left.poll() == -signal.SIGTERM
+    assert other.poll() is None, "only the finished test's processes are stopped"
+    assert processes.stop_all("test-b") == [f"another test's (pid {other.pid})"]
+
+
+def test_run_stops_the_process_on_timeout_and_returns_output_otherwise() -> None:
+    result = processes.run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=30)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    started = time.monotonic()
+    try:
+        processes.run(["sh", "-c", "echo begun; exec sleep 300"], timeout=1, what="a sleeper")
+    except AssertionError as error:
+        assert "a sleeper did not finish within 1 s" in str(error)
+        assert "begun" in str(error)
+    else:
+        raise AssertionError("run did not time out")
+    assert time.monotonic() - started < processes.GRACE_S
