@@ -13,6 +13,7 @@ import pytest
 
 from fluvial.kafka import LocalKafka, free_port
 from fluvial.kafka.admin import TopicSpec, create_topics
+from tests import processes
 from tests.runtime.harness import APP, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -35,16 +36,8 @@ def start_run(bootstrap: str, tmp_path: Path, app_id: str) -> tuple[subprocess.P
     cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local",
            "--stop-timeout-s", str(STOP_TIMEOUT_S)]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = processes.spawn(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     return proc, log
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
 
 
 def seconds_to_exit_after_sigterm(proc: subprocess.Popen) -> tuple[float, int]:
@@ -57,11 +50,8 @@ def seconds_to_exit_after_sigterm(proc: subprocess.Popen) -> tuple[float, int]:
 def test_sigterm_while_the_brokers_cannot_be_reached_at_start(tmp_path: Path) -> None:
     """Nothing listens on the bootstrap port: start-up blocks in the Kafka client."""
     proc, log = start_run(f"127.0.0.1:{free_port()}", tmp_path, "no-broker")
-    try:
-        wait_until(lambda: "fluvial: running" in log.read_text(), 60, "the run to begin starting")
-        elapsed, code = seconds_to_exit_after_sigterm(proc)
-    finally:
-        kill_group(proc)
+    wait_until(lambda: "fluvial: running" in log.read_text(), 60, "the run to begin starting")
+    elapsed, code = seconds_to_exit_after_sigterm(proc)
     assert code in (1, 143), log.read_text()
     assert elapsed < STOP_TIMEOUT_S + SLACK_S
 
@@ -74,16 +64,13 @@ def test_sigterm_after_the_broker_stopped_answering(tmp_path: Path) -> None:
         proc, log = start_run(bootstrap, tmp_path, "hung-broker")
         broker_pid = kafka.pid(1)
         assert broker_pid is not None
+        wait_until(lambda: "Ctrl-C commits and stops" in log.read_text(), 120,
+                   "the application to run its tasks")  # fmt: skip
+        os.kill(broker_pid, signal.SIGSTOP)
         try:
-            wait_until(lambda: "Ctrl-C commits and stops" in log.read_text(), 120,
-                       "the application to run its tasks")  # fmt: skip
-            os.kill(broker_pid, signal.SIGSTOP)
-            try:
-                elapsed, code = seconds_to_exit_after_sigterm(proc)
-            finally:
-                os.kill(broker_pid, signal.SIGCONT)
+            elapsed, code = seconds_to_exit_after_sigterm(proc)
         finally:
-            kill_group(proc)
+            os.kill(broker_pid, signal.SIGCONT)
     output = log.read_text()
     assert code == 143, output
     assert f"did not stop within {STOP_TIMEOUT_S:g} s" in output
