@@ -43,6 +43,7 @@ class VerifyReport:
     bad_revisions: int = 0
     wrong_finals: int = 0
     task_retries: int = 0
+    recovery_s: list[float] = field(default_factory=list)  # per fault: until it recovered
     wall_s: float = 0.0
     verdict: str = "FAIL"
     problems: list[str] = field(default_factory=list)

@@ -95,6 +95,8 @@ class Scenario:
                 filter(None, [f"spark.driver.memory={SPARK_DRIVER_MEMORY}", extra])
             )
         self.apps: list[AppProcess] = []
+        # The scenario's own watchers poll while brokers are down on purpose: no log noise.
+        self._quiet = {"bootstrap.servers": bootstrap, "log_level": 0}
         self.deadline = 0.0
         # The input: what was produced, what the brokers acknowledged (per key, in order).
         self.produced = 0
@@ -152,9 +154,12 @@ class Scenario:
                 stage = f"fault {index + 1}/{self.fault_count} ({self.kind})"
                 self._pause(app, pause, f"before {stage}")
                 self.progress(stage)
+                struck = time.monotonic()
                 app, recovery = self._inject(app, index)
                 self.report.injected += 1
                 self._await(app, f"after {stage}", recovery)
+                self.report.recovery_s.append(round(time.monotonic() - struck, 1))
+                self.progress(f"{stage}: recovered in {self.report.recovery_s[-1]:g} s")
         finally:
             tail = max(TAIL_MIN, int(self.records * TAIL_SHARE))
             self.tail_until = self.produced + tail
@@ -227,7 +232,7 @@ class Scenario:
 
     def _committed(self) -> int:
         """Sum of the application's committed input offsets (grows with every commit)."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app_id})
+        consumer = Consumer({**self._quiet, "group.id": self.app_id})
         try:
             tps = [TopicPartition(self.topics["input"], p) for p in range(PARTITIONS)]
             return sum(max(tp.offset, 0) for tp in consumer.committed(tps, timeout=30))
@@ -258,7 +263,7 @@ class Scenario:
         """Every partition on the cluster (the scenario's topics, the app's internal ones, the
         offsets and transaction logs) has all its replicas in sync again."""
         try:
-            metadata = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=10)
+            metadata = AdminClient(self._quiet).list_topics(timeout=10)
         except Exception:
             return False
         return all(
@@ -338,7 +343,7 @@ class Scenario:
         only committed offsets at the end of every source partition say the work is done.
         """
         try:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            admin = AdminClient(self._quiet)
             request = [ConsumerGroupTopicPartitions(self.app_id)]
             listed = admin.list_consumer_group_offsets(request)[self.app_id].result(30)
             committed = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
@@ -346,7 +351,7 @@ class Scenario:
                 t for t in admin.list_topics(timeout=30).topics
                 if t.startswith(self.app_id) and t.endswith("-repartition")
             ]  # fmt: skip
-            reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app_id})
+            reader = Consumer({**self._quiet, "group.id": self.app_id})
             try:
                 for topic in sources:
                     meta = reader.list_topics(topic, timeout=30).topics[topic]
