@@ -278,7 +278,13 @@ def verify(
         "exactly_once_v2"
     ),
     engine: Annotated[str, typer.Option(help="local or spark")] = "local",
-    records: Annotated[int, typer.Option(help="Input records per fault kind")] = 6000,
+    records: Annotated[
+        int,
+        typer.Option(
+            help="Input records per fault kind, at least: the input runs on until every fault "
+            "has been injected and recovered from"
+        ),
+    ] = 6000,
     faults: Annotated[
         str | None,
         typer.Option(
@@ -288,8 +294,20 @@ def verify(
     ] = None,
     fault_count: Annotated[int, typer.Option(help="Faults to inject per fault kind")] = 3,
     duration_s: Annotated[
-        float, typer.Option(help="Seconds the input keeps flowing per fault kind")
+        float,
+        typer.Option(
+            help="Pacing: the input flows at --records per --duration-s, for at least this "
+            "many seconds per fault kind, and the faults are spread over it. Slow faults "
+            "extend the input; they never fail a run"
+        ),
     ] = 30.0,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Give up on a fault kind after this many seconds, naming the fault or "
+            "recovery not seen [default: --duration-s + 300 + 120 per fault]"
+        ),
+    ] = None,
     commit_interval_ms: Annotated[int, typer.Option(help="Commit interval of the app")] = 500,
     spark_lease_ms: Annotated[int, typer.Option(help="Lease length under --engine spark")] = 4000,
     bootstrap_servers: Annotated[
@@ -301,6 +319,8 @@ def verify(
 
     Each fault kind runs as its own scenario (fresh application id and topics on one
     three-broker cluster), so each row of the table counts only its own faults and records.
+    The input flows until every fault has been injected and recovered from, so the records
+    checked grow with the time the faults take.
     """
     from rich.table import Table
 
@@ -312,7 +332,7 @@ def verify(
     try:
         report = run_matrix(
             seed=seed, guarantee=guarantee, engine=engine, records=records, faults=kinds,
-            fault_count=fault_count, duration_s=duration_s,
+            fault_count=fault_count, duration_s=duration_s, timeout_s=timeout_s,
             commit_interval_ms=commit_interval_ms, spark_lease_ms=spark_lease_ms,
             bootstrap_servers=bootstrap_servers,
             progress=lambda msg: console.print(f"verify: {msg}", highlight=False),
@@ -330,8 +350,8 @@ def verify(
     out.print(table)
     out.print(
         f"seed {seed}, {guarantee}, engine {engine}, commit every {commit_interval_ms} ms, "
-        f"{records} records over {duration_s:g} s per fault kind, {report.wall_s:g} s wall "
-        f"-> {report.verdict}",
+        f"input of at least {records} records over {duration_s:g} s per fault kind, "
+        f"{report.wall_s:g} s wall -> {report.verdict}",
         highlight=False,
     )
     raise typer.Exit(code=0 if report.verdict == "PASS" else 1)

@@ -1,5 +1,7 @@
 """The read_committed verifier of the fault matrix: every committed record against the input.
 
+- the input topic holds exactly what the input producer had acknowledged, per key and in
+  order, so the oracle is computed over the input that was actually produced;
 - the echo output equals the input, per key and in order;
 - every aggregate revision is a prefix aggregate of its key's input, one per input record;
 - the final aggregates equal the oracle.
@@ -33,6 +35,7 @@ class VerifyReport:
     commit_interval_ms: int
     requested: int = 0
     injected: int = 0
+    produced: int = 0
     records: int = 0
     echoed: int = 0
     duplicates: int = 0
@@ -40,6 +43,7 @@ class VerifyReport:
     bad_revisions: int = 0
     wrong_finals: int = 0
     task_retries: int = 0
+    recovery_s: list[float] = field(default_factory=list)  # per fault: until it recovered
     wall_s: float = 0.0
     verdict: str = "FAIL"
     problems: list[str] = field(default_factory=list)
@@ -91,12 +95,26 @@ def read_committed(bootstrap: str, topic: str) -> list[tuple[str, bytes | None, 
 
 def verify_outputs(
     bootstrap: str, input_topic: str, echo_topic: str, agg_topic: str, exactly_once: bool,
-    report: VerifyReport,
+    report: VerifyReport, *, sent: dict[str, list[int]] | None = None,
 ) -> None:  # fmt: skip
-    """Compare the committed outputs with the input, record by record."""
+    """Compare the committed outputs with the input, record by record.
+
+    ``sent`` holds the values the input producer had acknowledged, per key in order: the input
+    topic must hold exactly these (no acknowledged record lost by the brokers, none doubled)."""
     inputs: dict[str, list[int]] = defaultdict(list)
     for key, value, _p in read_committed(bootstrap, input_topic):
         inputs[key].append(LONG.deserialize(input_topic, value))
+    input_intact = True
+    if sent is not None:
+        report.produced = sum(len(v) for v in sent.values())
+        for key in sorted(sent.keys() | inputs.keys()):
+            if sent.get(key, []) != inputs.get(key, []):
+                input_intact = False
+                if len(report.problems) < 10:
+                    report.problems.append(
+                        f"input of {key}: the topic holds {len(inputs.get(key, []))} records, "
+                        f"the producer had {len(sent.get(key, []))} acknowledged"
+                    )
     echoes: dict[str, list[int]] = defaultdict(list)
     for key, value, _p in read_committed(bootstrap, echo_topic):
         echoes[key].append(LONG.deserialize(echo_topic, value))
@@ -132,7 +150,7 @@ def verify_outputs(
                     report.problems.append(f"{key}: final {final} != oracle {prefixes[-1]}")
         elif final.get("count", 0) < len(values):
             report.wrong_finals += 1  # at-least-once may repeat, never lose
-    clean = report.lost == 0 and report.wrong_finals == 0
+    clean = input_intact and report.lost == 0 and report.wrong_finals == 0
     if exactly_once:
         clean = clean and report.duplicates == 0 and report.bad_revisions == 0
     report.verdict = "PASS" if clean else "FAIL"
