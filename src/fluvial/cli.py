@@ -40,6 +40,27 @@ DataDirOption = Annotated[
 PortOption = Annotated[
     int, typer.Option("--port", help="Port of the first broker; broker N listens on PORT+N-1.")
 ]
+ClientConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-config",
+        help="Kafka client settings (security.protocol, sasl.*, ssl.*; librdkafka key=value "
+        "lines) [default: $FLUVIAL_KAFKA_CLIENT_CONFIG]. FLUVIAL_KAFKA_CLIENT_<SETTING> "
+        "variables override single settings, e.g. FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD. Never "
+        "put a password on the command line.",
+    ),
+]
+
+
+def _client_settings(path: Path | None) -> tuple[str | None, dict[str, str]]:
+    """(bootstrap.servers if the settings name one, the other client settings)."""
+    from fluvial.kafka.security import client_settings, split_bootstrap
+
+    try:
+        return split_bootstrap(client_settings(path))
+    except FluvialError as error:
+        _fail(error)
+        raise  # unreachable: _fail exits
 
 
 def _fail(error: Exception) -> None:
@@ -59,10 +80,43 @@ def kafka_start(
     heap: Annotated[str, typer.Option(help="Maximum JVM heap per broker, e.g. 512m or 1g.")] = (
         DEFAULT_HEAP
     ),
+    secure: Annotated[
+        bool,
+        typer.Option(
+            help="A SASL_SSL listener (SCRAM-SHA-512), TLS from a CA made in the data dir, and "
+            "ACLs enforced (StandardAuthorizer) with the admin as super-user."
+        ),
+    ] = False,
+    credentials_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --secure: NAME=PASSWORD lines, the admin's among them; the other users "
+            "are created too [default: the admin's password from $FLUVIAL_KAFKA_ADMIN_PASSWORD]."
+        ),
+    ] = None,
+    admin_user: Annotated[str, typer.Option(help="With --secure: the super-user's name.")] = (
+        "admin"
+    ),
 ) -> None:
     """Start a local cluster (idempotent); prints its bootstrap.servers when it is ready."""
+    from fluvial.kafka.security import read_credentials
+
     try:
-        cluster = _cluster(data_dir, port, brokers, heap)
+        credentials = None
+        existing = LocalKafka(data_dir, port=port)
+        if secure and not existing.is_running():
+            if credentials_file is not None or not existing.admin_config_file.exists():
+                credentials = read_credentials(credentials_file, admin=admin_user)
+        elif credentials_file is not None and not secure:
+            raise FluvialError("--credentials-file is for a --secure cluster")
+        cluster = LocalKafka(
+            data_dir, port=port, brokers=brokers, heap=heap, secure=secure, credentials=credentials
+        )
+        if secure and not cluster.secure:
+            raise FluvialError(
+                f"the cluster in {cluster.data_dir} was made without --secure: use another "
+                "--data-dir (or --port) for a secured one"
+            )
         if cluster.is_running():
             console.print(f"already running in {cluster.data_dir}")
         else:
@@ -74,6 +128,20 @@ def kafka_start(
                 f"data in {cluster.data_dir} ({time.monotonic() - started:.1f} s)"
             )
         out.print(cluster.bootstrap_servers, highlight=False)
+        if cluster.secure:
+            settings = cluster.client_config()
+            console.print(
+                "client settings (librdkafka):\n"
+                f"  bootstrap.servers={cluster.bootstrap_servers}\n"
+                f"  security.protocol={settings['security.protocol']}\n"
+                f"  sasl.mechanism={settings['sasl.mechanism']}\n"
+                f"  ssl.ca.location={settings['ssl.ca.location']}\n"
+                f"  sasl.username={settings['sasl.username']}  (and its sasl.password)\n"
+                f"The admin's settings, password included, are in {cluster.admin_config_file} "
+                "(mode 0600): pass --client-config FILE or set FLUVIAL_KAFKA_CLIENT_CONFIG.",
+                highlight=False,
+                soft_wrap=True,
+            )
     except FluvialError as error:
         _fail(error)
 
@@ -185,6 +253,7 @@ def run(
             "(Kafka unreachable); the next start resumes from the last commit"
         ),
     ] = 15.0,
+    client_config: ClientConfigOption = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -198,6 +267,14 @@ def run(
         "application_id": application_id,
         "state_dir": str(state_dir) if state_dir else None,
     }
+    settings_bootstrap, settings = _client_settings(client_config)
+    if settings:
+        overrides["client_config"] = {
+            **(loaded.config or StreamsConfig()).client_config,
+            **settings,
+        }
+    if bootstrap_servers is None:
+        overrides["bootstrap_servers"] = settings_bootstrap
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
@@ -229,6 +306,7 @@ def reset(
     state_dir: Annotated[Path, typer.Option(help="The application's state_dir")] = Path(
         "/tmp/fluvial"
     ),
+    client_config: ClientConfigOption = None,
 ) -> None:
     """Reset an application so that it reprocesses its input from scratch.
 
@@ -238,7 +316,15 @@ def reset(
     from fluvial.runtime.reset import reset_application
 
     try:
-        report = reset_application(application_id, bootstrap_servers, state_dir)
+        settings_bootstrap, settings = _client_settings(client_config)
+        if settings_bootstrap and bootstrap_servers == "127.0.0.1:9092":
+            bootstrap_servers = settings_bootstrap
+        if settings:
+            from fluvial.kafka.security import check_connection, is_secured
+
+            if is_secured(settings):
+                check_connection(bootstrap_servers, settings)
+        report = reset_application(application_id, bootstrap_servers, state_dir, settings)
     except FluvialError as error:
         _fail(error)
     console.print(
@@ -249,6 +335,57 @@ def reset(
     )
     for topic in report.deleted_topics:
         console.print(f"  deleted {topic}")
+
+
+@app.command("acls")
+def acls(
+    app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
+    principal: Annotated[
+        str, typer.Option(help="Who runs the application, e.g. User:pageviews-app")
+    ],
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Create the ACLs (with admin client settings)")
+    ] = False,
+    application_id: Annotated[str | None, typer.Option(help="Override the application id")] = None,
+    guarantee: Annotated[
+        str | None, typer.Option(help="exactly_once_v2 or at_least_once (as fluvial run)")
+    ] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
+    client_config: ClientConfigOption = None,
+    kafka_acls: Annotated[
+        bool, typer.Option("--kafka-acls-commands", help="Print kafka-acls.sh commands instead")
+    ] = False,
+) -> None:
+    """Print the ACLs an application needs, derived from its topology; --apply creates them.
+
+    Read on its inputs, write on its outputs and dead-letter topic, create/read/write on its
+    internal topics (prefix APPLICATION_ID-), read on its consumer group, and write on its
+    transactional ids (prefix APPLICATION_ID-slot-) under exactly-once.
+    """
+    from fluvial.acls import apply_acls, derive_acls, parse_principal
+    from fluvial.config import StreamsConfig
+
+    loaded = _load(app_file)
+    try:
+        parse_principal(principal)
+        overrides = {"application_id": application_id, "processing_guarantee": guarantee}
+        base = loaded.config or StreamsConfig()
+        config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        rules = derive_acls(loaded.topology, config)
+        for rule in rules:
+            line = rule.kafka_acls_command(principal) if kafka_acls else rule.line(principal)
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+        if apply:
+            settings_bootstrap, settings = _client_settings(client_config)
+            bootstrap = bootstrap_servers or settings_bootstrap or config.bootstrap_servers
+            from fluvial.kafka.security import check_connection, is_secured
+
+            if is_secured(settings):
+                check_connection(bootstrap, settings)
+            count = apply_acls(rules, principal, bootstrap, settings)
+            console.print(f"created {count} ACL(s) for {principal} on {bootstrap}")
+    except FluvialError as error:
+        _fail(error)
 
 
 @app.command("demo")

@@ -70,6 +70,15 @@ def _create(admin: AdminClient, specs: list[TopicSpec], timeout_s: float, exist_
                 continue
             if error.args[0].retriable() or "Timed out" in error.args[0].str():
                 raise _Transient() from error
+            if error.args[0].name() in (
+                "TOPIC_AUTHORIZATION_FAILED",
+                "CLUSTER_AUTHORIZATION_FAILED",
+            ):
+                raise FluvialError(
+                    f"not authorized to create topic {name!r}: the client's principal needs "
+                    "CREATE on the topic (or a prefix of it); for an application's internal "
+                    "topics, fluvial acls APP.py --principal User:NAME lists the rule"
+                ) from None
             raise FluvialError(f"could not create topic {name!r}: {error.args[0].str()}") from None
 
 

@@ -24,6 +24,7 @@ from types import TracebackType
 
 from fluvial.errors import KafkaSetupError
 from fluvial.jvm import classpath, java_executable, resolve_jars
+from fluvial.kafka import security
 
 KAFKA_VERSION = "4.3.1"
 DEFAULT_PORT = 9092
@@ -104,6 +105,7 @@ class _ClusterFile:
     port: int
     controller_ports: list[int]
     heap: str
+    secure: bool = False
 
 
 class LocalKafka:
@@ -123,6 +125,8 @@ class LocalKafka:
         startup_timeout_s: float = 90.0,
         stop_on_exit: bool = True,
         broker_config: dict[str, str | int] | None = None,
+        secure: bool = False,
+        credentials: security.Credentials | None = None,
     ) -> None:
         if brokers < 1:
             raise KafkaSetupError(f"--brokers must be at least 1, got {brokers}")
@@ -134,10 +138,14 @@ class LocalKafka:
         self.stop_on_exit = stop_on_exit
         # Extra server.properties entries, over fluvial's defaults.
         self.broker_config = dict(broker_config or {})
+        # secure: a SASL_SSL (SCRAM-SHA-512) listener, TLS from a CA made in the data dir, and
+        # StandardAuthorizer with the credentials' admin as super-user.
+        self.secure = secure
+        self.credentials = credentials
         saved = self._read_cluster_file()
         if saved is not None:
             # An existing cluster keeps the shape it was formatted with.
-            self.port, self.brokers = saved.port, saved.brokers
+            self.port, self.brokers, self.secure = saved.port, saved.brokers, saved.secure
 
     # -- addressing ---------------------------------------------------------------------------
 
@@ -165,6 +173,45 @@ class LocalKafka:
     def node_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
 
+    # -- security -----------------------------------------------------------------------------
+
+    @property
+    def tls(self) -> security.TlsFiles:
+        return security.TlsFiles(self.data_dir / "security")
+
+    @property
+    def admin_config_file(self) -> Path:
+        """Client settings of the admin super-user, password included (mode 0600)."""
+        return self.tls.admin_properties
+
+    def client_config(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
+        """librdkafka settings for a client of this cluster ({} for a plain cluster).
+
+        Without arguments: the admin's settings, password included, from the data dir.
+        """
+        if not self.secure:
+            return {}
+        if user is None:
+            _bootstrap, settings = security.split_bootstrap(
+                security.read_properties(self.admin_config_file)
+            )
+            return settings
+        return security.client_properties(self.tls, user, password)
+
+    def add_users(self, passwords: dict[str, str]) -> None:
+        """Create or update SCRAM-SHA-512 users of a running secured cluster."""
+        security.upsert_scram_users(self.bootstrap_servers, self.client_config(), passwords)
+
+    def _credentials(self) -> security.Credentials:
+        if self.credentials is not None:
+            return self.credentials
+        if self.admin_config_file.exists():
+            saved = self.client_config()
+            return security.Credentials(
+                saved["sasl.username"], {saved["sasl.username"]: saved["sasl.password"]}
+            )
+        return security.read_credentials()  # the environment, or a clear error
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self, progress: Callable[[str], None] | None = None) -> str:
@@ -176,6 +223,16 @@ class LocalKafka:
         say(f"resolving Apache Kafka {KAFKA_VERSION} jars with Maven (cached after the first time)")
         cp = classpath(resolve_jars("kafka.xml"))
         cluster = self._read_cluster_file() or self._new_cluster_file()
+        if self.secure:
+            credentials = self._credentials()  # before any file is written: fail early
+            say("making the cluster's certificate authority and broker certificate")
+            security.ensure_tls(self.tls.directory, java)
+            if self.credentials is not None or not self.admin_config_file.exists():
+                security.write_client_properties(
+                    self.admin_config_file,
+                    self.bootstrap_servers,
+                    self.client_config(credentials.admin, credentials.admin_password),
+                )
         for node_id in self.node_ids():
             if self.pid(node_id) is not None:
                 continue
@@ -190,6 +247,9 @@ class LocalKafka:
             say(f"starting broker {node_id} on {HOST}:{port}")
             self._launch(java, cp, node_id)
         self._wait_ready(say)
+        if self.secure and self.credentials is not None:
+            others = {u: p for u, p in self.credentials.passwords.items() if u != credentials.admin}
+            self.add_users(others)
         return self.bootstrap_servers
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -238,6 +298,12 @@ class LocalKafka:
             "kafka_version": KAFKA_VERSION,
             "brokers": nodes,
             "serving": self._serving(),
+            "secure": self.secure,
+            **(
+                {"client_settings": security.redacted(self.client_config())}
+                if self.secure and self.admin_config_file.exists()
+                else {}
+            ),
         }
 
     def tail_log(self, node_id: int = 1, lines: int = 40) -> str:
@@ -282,7 +348,9 @@ class LocalKafka:
         cluster_id = "-"
         while cluster_id.startswith("-"):  # a leading '-' would read as a command-line flag
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        cluster = _ClusterFile(cluster_id, self.brokers, self.port, controller_ports, self.heap)
+        cluster = _ClusterFile(
+            cluster_id, self.brokers, self.port, controller_ports, self.heap, self.secure
+        )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._cluster_path().write_text(json.dumps(asdict(cluster), indent=2))
         return cluster
@@ -324,27 +392,58 @@ class LocalKafka:
             # Abort timed-out transactions within a second of their timeout (default 10 s), so
             # a writer that overruns transaction.timeout.ms finds out promptly.
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
-            **self.broker_config,
         }
+        if cluster.secure:
+            props.update(
+                security.broker_security_properties(
+                    self.tls,
+                    self._credentials(),
+                    port=self.broker_ports[node_id - 1],
+                    controller_port=cluster.controller_ports[node_id - 1],
+                    host=HOST,
+                )
+            )
+        props.update(self.broker_config)
         text = "".join(f"{key}={value}\n" for key, value in props.items())
-        (node_dir / "server.properties").write_text(text)
+        if cluster.secure:  # it holds the admin's and the keystore's passwords
+            security._private_file(node_dir / "server.properties", text)
+        else:
+            (node_dir / "server.properties").write_text(text)
         (node_dir / "log4j2.yaml").write_text(_LOG4J2.format(log=node_dir / "server.log"))
 
     def _format_if_needed(self, java: str, cp: str, cluster: _ClusterFile, node_id: int) -> None:
         node_dir = self.broker_dir(node_id)
         if (node_dir / "logs" / "meta.properties").exists():
             return
-        cmd = [
-            java, "-cp", cp, f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
+        args = [
+            "-cp", cp, f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
             "kafka.tools.StorageTool", "format", "-t", cluster.cluster_id,
             "-c", str(node_dir / "server.properties"), "--ignore-formatted",
         ]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise KafkaSetupError(
-                f"formatting the storage of broker {node_id} failed: "
-                f"{(result.stderr or result.stdout).strip()[-800:]}"
+        if not cluster.secure:
+            result = subprocess.run([java, *args], capture_output=True, text=True)
+        else:
+            # The admin's SCRAM credential is bootstrapped into the metadata log at format
+            # time. The java launcher reads it from an argument file, so the password never
+            # shows on a command line.
+            credentials = self._credentials()
+            scram = (
+                f"{security.SCRAM_MECHANISM}=[name={credentials.admin},"
+                f"password={credentials.admin_password}]"
             )
+            argfile = node_dir / "format.args"
+            security._private_file(
+                argfile, "\n".join(f'"{a}"' for a in [*args, "--add-scram", scram])
+            )
+            try:
+                result = subprocess.run([java, f"@{argfile}"], capture_output=True, text=True)
+            finally:
+                argfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            message = (result.stderr or result.stdout).strip()[-800:]
+            if cluster.secure:
+                message = message.replace(self._credentials().admin_password, "***")
+            raise KafkaSetupError(f"formatting the storage of broker {node_id} failed: {message}")
 
     def _launch(self, java: str, cp: str, node_id: int) -> None:
         node_dir = self.broker_dir(node_id)
@@ -367,7 +466,12 @@ class LocalKafka:
 
         if not any(not port_is_free(p) for p in self.broker_ports):
             return False
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        settings = self.client_config() if self.secure and self.admin_config_file.exists() else {}
+        if self.secure and not settings:
+            return False
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap_servers, **settings, "log_level": 0}
+        )
         try:
             metadata = admin.list_topics(timeout=3)
         except Exception:

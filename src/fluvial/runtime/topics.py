@@ -17,9 +17,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from fluvial.acls import check_access
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.kafka.security import check_connection, is_secured
 from fluvial.runtime.clients import admin_settings
 from fluvial.topology.topology import Topology
 
@@ -111,7 +113,14 @@ def _check_copartitioning(topology: Topology, app_id: str, partitions: dict[str,
 
 
 def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPlan:
-    """Plan and create the internal topics (existing ones are kept)."""
+    """Plan and create the internal topics (existing ones are kept).
+
+    Against a secured cluster, first check the credentials and the principal's ACLs, so
+    either mistake stops the application at once with a clear error.
+    """
+    if is_secured(config.client_config):
+        check_connection(config.bootstrap_servers, config.client_config)
+        check_access(topology, config)
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)

@@ -36,6 +36,7 @@ def read_table(
     value_schema: str | StructType | None = None,
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
+    client_config: dict[str, str] | None = None,
 ) -> DataFrame:
     """The latest value per key of a table or changelog topic, tombstones applied.
 
@@ -43,11 +44,13 @@ def read_table(
     ``offset`` of the record that set the value. ``value_schema`` (a DDL string or a Spark
     type) parses ``"json"`` values into columns. A timestamped store's changelog reads the
     same way: Kafka Streams and fluvial keep its timestamp in the record timestamp.
-    ``kafka_options`` go to Spark's Kafka source as ``kafka.<name>`` (security settings).
+    ``kafka_options`` go to Spark's Kafka source as ``kafka.<name>``. ``client_config`` takes
+    fluvial's (librdkafka) client settings, ``StreamsConfig.client_config``, and passes their
+    Java equivalents (SASL JAAS line, PEM truststore).
     """
     _check_serde("key_serde", key_serde)
     _check_serde("value_serde", value_serde)
-    raw = _snapshot(spark, topic, bootstrap_servers, kafka_options)
+    raw = _snapshot(spark, topic, bootstrap_servers, _options(kafka_options, client_config))
     latest = _latest(raw, ["key"])
     return latest.select(
         _decode(latest["key"], key_serde, None).alias("key"),
@@ -70,6 +73,7 @@ def read_windowed(
     latest: bool = True,
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
+    client_config: dict[str, str] | None = None,
 ) -> DataFrame:
     """A windowed-result topic as ``key``, ``window_start``, ``window_end``, ``value``.
 
@@ -83,7 +87,8 @@ def read_windowed(
 
     Window bounds are epoch milliseconds (``long``). With ``latest`` (the default) each window
     shows its final revision and tombstoned windows are gone; ``latest=False`` gives every
-    committed revision in offset order per partition, with its metadata.
+    committed revision in offset order per partition, with its metadata. ``kafka_options`` and
+    ``client_config`` are as for :func:`read_table`.
     """
     _check_serde("key_serde", key_serde)
     _check_serde("value_serde", value_serde)
@@ -96,7 +101,7 @@ def read_windowed(
         )
     from pyspark.sql import functions as F
 
-    raw = _snapshot(spark, topic, bootstrap_servers, kafka_options)
+    raw = _snapshot(spark, topic, bootstrap_servers, _options(kafka_options, client_config))
     suffix = 16 if session else 12 if store_changelog else 8
     key = F.col("key")
     first_long = F.expr(f"substring(`key`, length(`key`) - {suffix - 1}, 8)")
@@ -127,6 +132,15 @@ def read_windowed(
 
 
 # -- reading and reducing --------------------------------------------------------------------
+
+
+def _options(
+    kafka_options: dict[str, str] | None, client_config: dict[str, str] | None
+) -> dict[str, str]:
+    """Kafka source options (without the ``kafka.`` prefix): security settings, then overrides."""
+    from fluvial.kafka.security import java_client_options
+
+    return {**java_client_options(client_config or {}, prefix=""), **(kafka_options or {})}
 
 
 def _snapshot(

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|sasl|ssl[.]key"
+SPARK_SQL_REDACTION_OPTIONS_REGEX = r"(?i)url|jaas|password|secret|token|sasl|ssl[.]key"
+
+
 def local_spark_session(
     master: str = "local[*]",
     *,
@@ -43,6 +47,10 @@ def local_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        # Kafka security options (JAAS lines with passwords) are redacted in the UI, the event
+        # log and plan strings, on top of Spark's own secret|password|token patterns.
+        .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
+        .config("spark.sql.redaction.options.regex", SPARK_SQL_REDACTION_OPTIONS_REGEX)
     )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)

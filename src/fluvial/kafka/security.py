@@ -1,0 +1,451 @@
+"""Kafka security for fluvial: client settings from a file or the environment, their Java form
+for Spark's Kafka connector, clear authentication errors, and the secured local cluster's TLS
+material and SCRAM users.
+
+Secrets (passwords, keys) travel in files and environment variables only, never on a command
+line, and never in a log line: :func:`redacted` is what may be shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fluvial.errors import ConfigError, FluvialError, KafkaSetupError
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+#: A librdkafka properties file (``key=value`` lines) with the client settings.
+CLIENT_CONFIG_ENV = "FLUVIAL_KAFKA_CLIENT_CONFIG"
+#: ``FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD=...`` sets ``sasl.password``, and so on.
+CLIENT_SETTING_ENV_PREFIX = "FLUVIAL_KAFKA_CLIENT_"
+#: The local secured cluster's admin password, when no credentials file is given.
+ADMIN_PASSWORD_ENV = "FLUVIAL_KAFKA_ADMIN_PASSWORD"
+
+_SECRET_MARKERS = ("password", "secret", "key", "token", "credentials", "jaas", "pem")
+
+
+def is_secret_setting(name: str) -> bool:
+    lowered = name.lower()
+    if lowered.endswith(".location") or lowered in {"ssl.key.location"}:
+        return False  # a path, not the secret itself
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def redacted(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy safe to show: values of secret settings replaced by ``***``."""
+    return {k: ("***" if is_secret_setting(k) else v) for k, v in settings.items()}
+
+
+# -- client settings ------------------------------------------------------------------------------
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """``key=value`` lines; ``#`` and ``!`` start comments (the Java and librdkafka format)."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read client settings file {path}: {error.strerror}") from None
+    settings = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            # Never echo the line: it may hold a password.
+            raise ConfigError(f"{path}, line {number}: expected key=value")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def client_settings(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Client settings from ``path`` (or ``$FLUVIAL_KAFKA_CLIENT_CONFIG``), then the
+    environment's ``FLUVIAL_KAFKA_CLIENT_<SETTING>`` variables over them.
+
+    May include ``bootstrap.servers``; see :func:`split_bootstrap`.
+    """
+    env = os.environ if env is None else env
+    settings: dict[str, str] = {}
+    chosen = path or env.get(CLIENT_CONFIG_ENV)
+    if chosen:
+        settings.update(read_properties(Path(chosen)))
+    for name, value in env.items():
+        if name.startswith(CLIENT_SETTING_ENV_PREFIX) and name != CLIENT_CONFIG_ENV:
+            key = name[len(CLIENT_SETTING_ENV_PREFIX) :].lower().replace("_", ".")
+            if key:
+                settings[key] = value
+    return settings
+
+
+def split_bootstrap(settings: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
+    """``bootstrap.servers`` apart from the other settings (fluvial keeps it in its own field)."""
+    rest = dict(settings)
+    return rest.pop("bootstrap.servers", None), rest
+
+
+def is_secured(settings: Mapping[str, Any]) -> bool:
+    protocol = str(settings.get("security.protocol", "plaintext")).upper()
+    return protocol != "PLAINTEXT"
+
+
+def principal_of(settings: Mapping[str, Any]) -> str | None:
+    """``User:NAME`` for SASL settings with a user name."""
+    user = settings.get("sasl.username")
+    return f"User:{user}" if user else None
+
+
+def java_client_options(settings: Mapping[str, Any], prefix: str = "kafka.") -> dict[str, str]:
+    """The same security settings for Kafka's Java clients (Spark's Kafka connector).
+
+    librdkafka spells SASL credentials as ``sasl.username``/``sasl.password`` and a PEM CA as
+    ``ssl.ca.location``; the Java client wants a JAAS line and a PEM truststore.
+    """
+    options: dict[str, str] = {}
+    passthrough = (
+        "security.protocol",
+        "sasl.mechanism",
+        "ssl.endpoint.identification.algorithm",
+    )
+    for key in passthrough:
+        if key in settings:
+            options[key] = str(settings[key])
+    if "sasl.mechanisms" in settings and "sasl.mechanism" not in options:
+        options["sasl.mechanism"] = str(settings["sasl.mechanisms"])
+    if options.get("ssl.endpoint.identification.algorithm") == "none":
+        options["ssl.endpoint.identification.algorithm"] = ""
+    user, password = settings.get("sasl.username"), settings.get("sasl.password")
+    if user is not None and password is not None:
+        mechanism = options.get("sasl.mechanism", "GSSAPI").upper()
+        module = {
+            "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+            "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+            "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+        }.get(mechanism)
+        if module is None:
+            raise ConfigError(
+                f"sasl.mechanism {mechanism} has no Java equivalent fluvial can derive: pass "
+                "kafka.sasl.jaas.config to Spark's Kafka connector yourself"
+            )
+        options["sasl.jaas.config"] = (
+            f'{module} required username="{_jaas_quote(str(user))}" '
+            f'password="{_jaas_quote(str(password))}";'
+        )
+    if "ssl.ca.location" in settings:
+        options["ssl.truststore.type"] = "PEM"
+        options["ssl.truststore.location"] = str(settings["ssl.ca.location"])
+    return {f"{prefix}{k}": v for k, v in options.items()}
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# -- clear errors ---------------------------------------------------------------------------------
+
+
+class KafkaSecurityError(FluvialError):
+    """Kafka refused the client: wrong credentials, an untrusted certificate, or missing ACLs."""
+
+
+def check_connection(
+    bootstrap_servers: str, settings: Mapping[str, Any], timeout_s: float = 20.0
+) -> None:
+    """Connect once and turn an authentication or TLS failure into a clear error, fast.
+
+    librdkafka retries a failed SASL handshake for ever, so without this check a wrong
+    password looks like a cluster that does not answer.
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    failures: list[KafkaError] = []
+    failed = threading.Event()
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            failures.append(error)
+            failed.set()
+
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, **settings, "error_cb": on_error, "log_level": 0}
+    )
+    result: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            admin.list_topics(timeout=timeout_s)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            result.append(error)
+        failed.set()
+
+    threading.Thread(target=probe, daemon=True).start()
+    deadline = time.monotonic() + timeout_s + 5
+    # Error callbacks are delivered by poll(): poll until the probe ends or one fails.
+    while not failed.is_set() and time.monotonic() < deadline:
+        admin.poll(0.1)
+    admin.poll(0)
+    if failures:
+        raise _explain(failures[0], bootstrap_servers, settings)
+    if result:
+        from confluent_kafka import KafkaException
+
+        error = result[0]
+        if isinstance(error, KafkaException):
+            raise FluvialError(
+                f"cannot reach Kafka at {bootstrap_servers}: {error.args[0].str()}"
+            ) from None
+        raise error
+
+
+def _explain(error: Any, bootstrap: str, settings: Mapping[str, Any]) -> KafkaSecurityError:
+    from confluent_kafka import KafkaError
+
+    if error.code() == KafkaError._AUTHENTICATION:
+        user = settings.get("sasl.username", "?")
+        mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "?"))
+        return KafkaSecurityError(
+            f"authentication failed at {bootstrap} for SASL user {user!r} ({mechanism}): "
+            f"{_without_secrets(error.str(), settings)}. Check sasl.username and sasl.password "
+            f"in your client settings (--client-config or {CLIENT_CONFIG_ENV})"
+        )
+    return KafkaSecurityError(
+        f"TLS to {bootstrap} failed: {_without_secrets(error.str(), settings)}. Check "
+        "ssl.ca.location (the CA that signed the brokers' certificates) and security.protocol"
+    )
+
+
+def _without_secrets(text: str, settings: Mapping[str, Any]) -> str:
+    for key, value in settings.items():
+        if is_secret_setting(key) and value:
+            text = text.replace(str(value), "***")
+    return text
+
+
+# -- the secured local cluster --------------------------------------------------------------------
+
+_ALLOWED_PASSWORD = re.compile(r"^[A-Za-z0-9!$%&()*+./:;<>?@^_{|}~-]{8,}$")
+BROKER_DN = "CN=fluvial-local-broker"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """SCRAM users of the local cluster; ``admin`` is its super-user."""
+
+    admin: str
+    passwords: dict[str, str] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Credentials(admin={self.admin!r}, users={sorted(self.passwords)})"
+
+    @property
+    def admin_password(self) -> str:
+        return self.passwords[self.admin]
+
+
+def read_credentials(
+    path: str | Path | None = None,
+    *,
+    admin: str = "admin",
+    env: Mapping[str, str] | None = None,
+) -> Credentials:
+    """Users from a ``NAME=PASSWORD`` file, or the admin's password from the environment."""
+    env = os.environ if env is None else env
+    passwords: dict[str, str] = {}
+    if path is not None:
+        passwords = read_properties(Path(path))
+    elif env.get(ADMIN_PASSWORD_ENV):
+        passwords = {admin: env[ADMIN_PASSWORD_ENV]}
+    else:
+        raise ConfigError(
+            f"a secured cluster needs credentials: give --credentials-file FILE (NAME=PASSWORD "
+            f"lines, one of them for {admin!r}) or set {ADMIN_PASSWORD_ENV}"
+        )
+    if admin not in passwords:
+        raise ConfigError(f"the credentials name no password for the admin user {admin!r}")
+    for user, password in passwords.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
+            raise ConfigError(f"user name {user!r}: use letters, digits, '.', '_' and '-'")
+        if not _ALLOWED_PASSWORD.match(password):
+            raise ConfigError(
+                f"the password of {user!r} must be at least 8 characters of letters, digits "
+                "and punctuation other than quotes, backslash, '#', ',', '=' and brackets"
+            )
+    return Credentials(admin, passwords)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    directory: Path
+
+    @property
+    def ca_pem(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def ca_store(self) -> Path:
+        return self.directory / "ca.p12"
+
+    @property
+    def keystore(self) -> Path:
+        return self.directory / "broker.p12"
+
+    @property
+    def store_password_file(self) -> Path:
+        return self.directory / "store.password"
+
+    @property
+    def admin_properties(self) -> Path:
+        return self.directory / "admin.properties"
+
+    def store_password(self) -> str:
+        return self.store_password_file.read_text().strip()
+
+
+def _private_file(path: Path, text: str) -> None:
+    """Write a file only its owner can read, without a moment of wider permissions."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def ensure_tls(directory: Path, java: str) -> TlsFiles:
+    """A CA and a broker certificate for 127.0.0.1, made once with the JDK's keytool.
+
+    Store passwords are read by keytool from a file (``-storepass:file``), never from its
+    command line.
+    """
+    tls = TlsFiles(directory)
+    if tls.ca_pem.exists() and tls.keystore.exists() and tls.store_password_file.exists():
+        return tls
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    keytool = str(Path(java).resolve().parent / "keytool")
+    if not Path(keytool).exists():
+        keytool = shutil.which("keytool") or keytool
+    for stale in (tls.ca_pem, tls.ca_store, tls.keystore):
+        stale.unlink(missing_ok=True)
+    _private_file(tls.store_password_file, secrets.token_urlsafe(24))
+    pw = ["-storepass:file", str(tls.store_password_file)]
+    csr, signed = directory / "broker.csr", directory / "broker.pem"
+    steps = [
+        ["-genkeypair", "-alias", "ca", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650",
+         "-dname", "CN=fluvial-local-ca", "-ext", "bc:c", "-storetype", "PKCS12",
+         "-keystore", str(tls.ca_store), *pw],
+        ["-exportcert", "-rfc", "-alias", "ca", "-keystore", str(tls.ca_store), *pw,
+         "-file", str(tls.ca_pem)],
+        ["-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
+         "-validity", "3650", "-dname", BROKER_DN, "-storetype", "PKCS12",
+         "-keystore", str(tls.keystore), *pw],
+        ["-certreq", "-alias", "broker", "-keystore", str(tls.keystore), *pw, "-file", str(csr)],
+        ["-gencert", "-alias", "ca", "-keystore", str(tls.ca_store), *pw, "-rfc",
+         "-validity", "3650", "-infile", str(csr), "-outfile", str(signed),
+         "-ext", "SAN=ip:127.0.0.1,dns:localhost", "-ext", "EKU=serverAuth,clientAuth"],
+        ["-importcert", "-noprompt", "-alias", "ca", "-file", str(tls.ca_pem),
+         "-keystore", str(tls.keystore), *pw],
+        ["-importcert", "-noprompt", "-alias", "broker", "-file", str(signed),
+         "-keystore", str(tls.keystore), *pw],
+    ]  # fmt: skip
+    for step in steps:
+        result = subprocess.run([keytool, *step], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise KafkaSetupError(
+                f"keytool {step[0]} failed while making the local CA in {directory}: "
+                f"{(result.stderr or result.stdout).strip()[-600:]}"
+            )
+    csr.unlink(missing_ok=True)
+    signed.unlink(missing_ok=True)
+    for path in (tls.ca_store, tls.keystore):
+        os.chmod(path, 0o600)
+    return tls
+
+
+def client_properties(tls: TlsFiles, user: str, password: str | None) -> dict[str, str]:
+    settings = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "ssl.ca.location": str(tls.ca_pem),
+        "sasl.username": user,
+    }
+    if password is not None:
+        settings["sasl.password"] = password
+    return settings
+
+
+def write_client_properties(path: Path, bootstrap: str, settings: Mapping[str, str]) -> None:
+    lines = [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in settings.items()]
+    _private_file(path, "\n".join(lines) + "\n")
+
+
+def broker_security_properties(
+    tls: TlsFiles, credentials: Credentials, *, port: int, controller_port: int, host: str
+) -> dict[str, str | int]:
+    """server.properties entries of one secured node.
+
+    Clients and brokers meet on SASL_SSL with SCRAM-SHA-512. The controller listener uses
+    mutual TLS (SCRAM users live in the metadata log, which the controllers serve), and the
+    brokers' certificate is a super-user so that they may replicate and report to it.
+    """
+    store_password = tls.store_password()
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{credentials.admin}" password="{credentials.admin_password}";'
+    )
+    return {
+        "listeners": f"SASL_SSL://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"SASL_SSL://{host}:{port}",
+        "inter.broker.listener.name": "SASL_SSL",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+        "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+        "listener.name.controller.ssl.client.auth": "required",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(tls.keystore),
+        "ssl.keystore.password": store_password,
+        "ssl.key.password": store_password,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca_pem),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{credentials.admin};User:{BROKER_DN}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+
+
+def upsert_scram_users(
+    bootstrap: str, admin_settings: Mapping[str, str], passwords: Mapping[str, str]
+) -> None:
+    """Create or update SCRAM-SHA-512 users (through the admin's own connection)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    if not passwords:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    changes = [
+        UserScramCredentialUpsertion(user, info, password.encode())
+        for user, password in passwords.items()
+    ]
+    for user, future in admin.alter_user_scram_credentials(changes).items():
+        try:
+            future.result()
+        except Exception as error:  # noqa: BLE001 - re-raised with the user named
+            raise KafkaSetupError(
+                f"could not set the SCRAM credentials of {user!r}: {error}"
+            ) from None
