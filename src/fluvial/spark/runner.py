@@ -19,7 +19,8 @@ from fluvial.config import StreamsConfig
 from fluvial.runtime.runner import (
     PLAIN_STATUS_INTERVAL_S,
     STATUS_INTERVAL_S,
-    _serve_prometheus,
+    Endpoints,
+    check_serve_address,
     status_line,
 )
 from fluvial.spark.engine import SparkApplication
@@ -34,9 +35,11 @@ def run_spark_application(
     console: Console | None = None,
     prometheus_port: int | None = None,
     live: bool = True,
+    serve: str | None = None,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed)."""
     console = console or Console(stderr=True)
+    check_serve_address(serve)
     app = SparkApplication(app_path, config, master=master, slots=workers)
     started = time.monotonic()
     console.print(
@@ -62,7 +65,8 @@ def run_spark_application(
     # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
     # so that Ctrl-C lets the lease commit.
     signal.signal(signal.SIGINT, on_signal)
-    server = _serve_prometheus(app, prometheus_port) if prometheus_port else None  # type: ignore[arg-type]
+    endpoints = Endpoints()
+    endpoints.start(app, None, serve=None, prometheus_port=prometheus_port)
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
         f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
@@ -82,8 +86,7 @@ def run_spark_application(
                     last = time.monotonic()
     finally:
         app.close()
-        if server is not None:
-            server.shutdown()
+        endpoints.stop()
     console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)  # type: ignore[arg-type]
     if app.errors:
         console.print(f"[bold red]error:[/] {app.errors[0]}", highlight=False, soft_wrap=True)
