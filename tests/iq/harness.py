@@ -81,6 +81,18 @@ def get(port: int, path: str, *, token: str | None = None, timeout: float = 10) 
     return Answer(status, body, headers)
 
 
+def ask(port: int, path: str, timeout_s: float = 60) -> Answer:
+    """A query that follows 503 + Retry-After (restores, slots moving) as a client should."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = get(port, path)
+        if answer.status != 503 or time.monotonic() > deadline:
+            return answer
+        retry_after = answer.headers.get("Retry-After") or answer.headers.get("retry-after")
+        assert retry_after is not None, f"503 without Retry-After: {answer.body}"
+        time.sleep(min(float(retry_after), 0.5))
+
+
 @dataclass
 class ServedRunner:
     """``fluvial run tests/iq/apps/figure2_served.py --serve`` as a process."""
@@ -126,8 +138,8 @@ class ServedRunner:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_serving(self, timeout_s: float = 120) -> None:
-        """Wait until every task answers queries."""
+    def wait_serving(self, timeout_s: float = 180) -> None:
+        """Wait until every task answers queries (every slot registered, on Spark)."""
 
         def serving() -> bool:
             assert self.alive(), self.output()
@@ -136,6 +148,9 @@ class ServedRunner:
             except OSError:
                 return False
             body = health.body
+            if self.engine == "spark":
+                slots = body.get("slots") or {}
+                return len(slots) == self.workers and all(slots.values())
             return bool(body.get("tasks")) and body.get("tasks_serving") == body.get("tasks")
 
         wait_until(serving, timeout_s, "every task to serve queries", interval_s=0.2)

@@ -342,6 +342,8 @@ class _View:
         self.name = info.name
         self._isolation = isolation
         self._decoder = Decoder(info)
+        #: Scans read only these tasks (a Spark slot answers for its own; the driver merges).
+        self.only_tasks: set[TaskId] | None = None
 
     def _iso(self, isolation: str | None) -> str:
         return self._queries.isolation(isolation or self._isolation)
@@ -352,7 +354,10 @@ class _View:
         return TaskId(self.info.subtopology, partition), data
 
     def _tasks(self) -> list[TaskId]:
-        return [TaskId(self.info.subtopology, p) for p in range(self.info.partitions)]
+        tasks = [TaskId(self.info.subtopology, p) for p in range(self.info.partitions)]
+        if self.only_tasks is not None:
+            tasks = [t for t in tasks if t in self.only_tasks]
+        return tasks
 
     def _read(self, task_id: TaskId, isolation: str | None, read: Callable[[Any], Any]) -> Any:
         return read_task(self._queries.source, task_id, self.info, self._iso(isolation), read)

@@ -130,6 +130,8 @@ class LocalQueryService:
         isolation = queries.isolation(params.get("isolation"))
         allow_stale = _bool_param(params, "allow_stale")
         view = queries.store(store)
+        if params.get("tasks"):
+            view.only_tasks = _task_list(params["tasks"])
         body: dict[str, Any] = {"store": store, "isolation": isolation, "stale": False}
         try:
             if op == "key":
@@ -220,6 +222,17 @@ class LocalQueryService:
             ],
             "truncated": len(entries) > limit,
         }
+
+
+def _task_list(text: str) -> set[TaskId]:
+    tasks = set()
+    for item in text.split(","):
+        sub, _, partition = item.partition("_")
+        try:
+            tasks.add(TaskId(int(sub), int(partition)))
+        except ValueError:
+            raise QueryError(f"tasks={text!r}: give task ids like 1_0,1_2") from None
+    return tasks
 
 
 def _parse_key(queries: LocalQueries, store: str, text: str) -> Any:

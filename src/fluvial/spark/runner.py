@@ -66,7 +66,23 @@ def run_spark_application(
     # so that Ctrl-C lets the lease commit.
     signal.signal(signal.SIGINT, on_signal)
     endpoints = Endpoints()
-    endpoints.start(app, None, serve=None, prometheus_port=prometheus_port)
+    router = None
+    if serve:
+        from fluvial.spark.queries import RoutingQueryService
+
+        router = RoutingQueryService(
+            app.topology, config.application_id,
+            task_ids=lambda: app.task_ids, layout=lambda: app.layout,
+            reported=lambda: app.query_endpoints,
+            slots_dir=Path(config.state_dir) / config.application_id / ".slots",
+            exactly_once=config.exactly_once, running=lambda: not app.stop_event.is_set(),
+        )  # fmt: skip
+    endpoints.start(app, router, serve=serve, prometheus_port=prometheus_port)
+    if router is not None:
+        router.metrics = endpoints.query_metrics
+        server = endpoints.servers[0]
+        console.print(f"fluvial: serving queries on http://{server.host}:{server.port}, "
+                      "routed to the slots", highlight=False)  # fmt: skip
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
         f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
