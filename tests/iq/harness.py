@@ -138,7 +138,7 @@ class ServedRunner:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_serving(self, timeout_s: float = 180) -> None:
+    def wait_serving(self, timeout_s: float = 300) -> None:
         """Wait until every task answers queries (every slot registered, on Spark)."""
 
         def serving() -> bool:
@@ -153,7 +153,16 @@ class ServedRunner:
                 return len(slots) == self.workers and all(slots.values())
             return bool(body.get("tasks")) and body.get("tasks_serving") == body.get("tasks")
 
-        wait_until(serving, timeout_s, "every task to serve queries", interval_s=0.2)
+        try:
+            wait_until(serving, timeout_s, "every task to serve queries", interval_s=0.2)
+        except AssertionError as error:
+            try:
+                health = get(self.port, "/health", timeout=2).body
+            except OSError as down:
+                health = {"unreachable": str(down)}
+            raise AssertionError(
+                f"{error}; health {health}; log:\n{self.output()[-3000:]}"
+            ) from None
 
     def kill9(self) -> None:
         assert self.proc is not None

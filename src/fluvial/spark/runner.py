@@ -61,10 +61,7 @@ def run_spark_application(
     # Before start(): a signal during Spark's start-up must not leave a half-started JVM.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    app.start()
-    # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
-    # so that Ctrl-C lets the lease commit.
-    signal.signal(signal.SIGINT, on_signal)
+    # Serve before Spark starts: queries meanwhile get 503 with Retry-After.
     endpoints = Endpoints()
     router = None
     if serve:
@@ -83,6 +80,14 @@ def run_spark_application(
         server = endpoints.servers[0]
         console.print(f"fluvial: serving queries on http://{server.host}:{server.port}, "
                       "routed to the slots", highlight=False)  # fmt: skip
+    try:
+        app.start()
+    except BaseException:
+        endpoints.stop()
+        raise
+    # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
+    # so that Ctrl-C lets the lease commit.
+    signal.signal(signal.SIGINT, on_signal)
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
         f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
