@@ -245,6 +245,14 @@ def run(
     prometheus_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     ] = None,
+    serve: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve interactive queries, health and metrics over HTTP on HOST:PORT "
+            "(host 127.0.0.1 unless given); a bearer token is required when "
+            "FLUVIAL_SERVE_TOKEN is set",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No live status line")] = False,
     stop_timeout_s: Annotated[
         float,
@@ -283,12 +291,14 @@ def run(
 
             code = run_spark_application(
                 app_file, config, master=master, workers=workers, console=console,
-                prometheus_port=prometheus_port, live=not quiet, stop_timeout_s=stop_timeout_s,
+                prometheus_port=prometheus_port, live=not quiet, serve=serve,
+                stop_timeout_s=stop_timeout_s,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(
                 loaded.topology, config, workers=workers, console=console,
-                prometheus_port=prometheus_port, live=not quiet, stop_timeout_s=stop_timeout_s,
+                prometheus_port=prometheus_port, live=not quiet, serve=serve,
+                stop_timeout_s=stop_timeout_s,
             )  # fmt: skip
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")

@@ -77,7 +77,7 @@ def test_recovery_restores_only_the_suffix_since_the_last_commit(
     wait_until(complete, 180, "the output to reach the oracle")
     assert runner.stop() == 0, runner.output()
 
-    restored = metrics["fluvial_worker_restored"]
+    restored = metrics["fluvial_worker_restored_total"]
     to_restore = metrics["fluvial_worker_restore_total"]
     # The RocksDB store on disk holds the state of the last commit: only changelog records
     # written after it (at most one commit interval's worth) are replayed, not the whole log.

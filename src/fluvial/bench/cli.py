@@ -215,6 +215,32 @@ def matrix(
     )  # fmt: skip
 
 
+@bench_app.command("queries")
+def queries(
+    records: Annotated[int, typer.Option(help="Page views pre-loaded for each run")] = 200_000,
+    clients: Annotated[int, typer.Option(help="Query client processes")] = 2,
+    engine: Annotated[str, typer.Option(help="local or spark")] = "local",
+    bootstrap: Bootstrap = None,
+    json_out: JsonOut = None,
+) -> None:
+    """Interactive query load on a running Figure 2 app: queries/s, p50/p99, throughput lost."""
+    from fluvial.bench.queries import run_query_bench
+
+    result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine)
+    alone, loaded = result["without_queries"], result["with_queries"]
+    console.print(
+        f"processing alone {alone['processing_rps']:,} rec/s; with queries "
+        f"{loaded['processing_rps']:,} rec/s (lost {100 * result['processing_throughput_lost']:.1f}%)\n"
+        f"queries: {loaded.get('queries_per_s', 0):,}/s answered, p50 "
+        f"{loaded.get('query_p50_ms')} ms, p99 {loaded.get('query_p99_ms')} ms, "
+        f"statuses {loaded.get('statuses')}",
+        highlight=False,
+    )
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 @bench_app.command("setup")
 def setup_peers(
     peers: Annotated[str, typer.Option(help="Peers to install, or 'all'")] = "all",

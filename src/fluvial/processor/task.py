@@ -10,6 +10,7 @@ The task knows nothing of Kafka or of threads.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,6 +117,9 @@ class StreamTask:
         self._stores_open = False
         self._initialized = False
         self._closed = False
+        # Interactive queries read the stores from other threads; closing waits for a read in
+        # progress, and a read never starts on a closed store.
+        self.query_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
     def open_stores(self) -> None:
@@ -184,6 +188,11 @@ class StreamTask:
             live.processor.init(NodeContext(self, live))
         self._initialized = True
 
+    @property
+    def queryable(self) -> bool:
+        """Restored and running: its stores may be read (hold :attr:`query_lock` while reading)."""
+        return self._initialized and not self._closed
+
     def close(self, *, clean: bool = True) -> None:
         """Close processors then stores. Flush and commit first if the results should count.
 
@@ -191,17 +200,19 @@ class StreamTask:
         every record cache's entries, so closing neither forwards cached results to processors
         nor writes them into a store or a transaction that is being abandoned.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if not clean:
-            for store in self.stores.values():
-                discard_caches(store)
+        with self.query_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not clean:
+                for store in self.stores.values():
+                    discard_caches(store)
         for live in self._nodes.values():
             live.processor.close()
-        for store in self.stores.values():
-            if store.is_open:
-                store.close()
+        with self.query_lock:  # no query reads a store while it closes
+            for store in self.stores.values():
+                if store.is_open:
+                    store.close()
 
     # -- input ------------------------------------------------------------------------------
     def add_records(self, topic: str, partition: int, records: Iterable[ConsumedRecord]) -> None:

@@ -20,6 +20,7 @@ from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
+from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
 from fluvial.runtime.worker import FencedError, Worker, transactional_id
 from fluvial.topology.topology import Topology
@@ -111,6 +112,7 @@ class Application:
         self.errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
         self.task_ids: list[TaskId] = []
+        self._queries: LocalQueries | None = None
 
     def start(self) -> None:
         plan = ensure_internal_topics(self.topology, self.config)
@@ -198,6 +200,38 @@ class Application:
 
     def prometheus_metrics(self) -> str:
         return prometheus_text(self.config.application_id, self.metrics())
+
+    # -- interactive queries ---------------------------------------------------------------
+
+    @property
+    def queries(self) -> LocalQueries | None:
+        """Queries over every task of this process; ``None`` until :meth:`start` planned them."""
+        if self._queries is None and self.task_ids:
+            from fluvial.runtime.serving import WorkerTasks
+
+            self._queries = LocalQueries(
+                self.topology, self.config.application_id, self.task_ids,
+                WorkerTasks(lambda: self.workers), exactly_once=self.config.exactly_once,
+            )  # fmt: skip
+        return self._queries
+
+    def store(self, name: str, *, isolation: str | None = None) -> StoreView:
+        """A read-only view of a running store (see :mod:`fluvial.runtime.queries`).
+
+        ``isolation`` is ``"committed"`` (the default under exactly-once: only state a
+        committed transaction covers) or ``"latest"`` (the newest processed state).
+        """
+        return self._started_queries().store(name, isolation=isolation)
+
+    def query_metadata_for_key(self, store: str, key: object) -> KeyQueryMetadata:
+        """Which partition, task and slot own ``key`` of ``store``, and where its standbys are."""
+        return self._started_queries().metadata_for_key(store, key)
+
+    def _started_queries(self) -> LocalQueries:
+        queries = self.queries
+        if queries is None:
+            raise StreamsError("the application is not started: call start() before querying")
+        return queries
 
     def __enter__(self) -> Application:
         self.start()

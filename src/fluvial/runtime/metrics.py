@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 @dataclass
@@ -63,25 +68,44 @@ def summarize(workers: list[WorkerMetrics]) -> dict[str, float]:
     return total
 
 
+class WorkerMetricsCollector(Collector):
+    """The workers' counters for ``prometheus_client``: one sample per slot (and per task).
+
+    Counters are exposed with the ``_total`` suffix Prometheus requires of them.
+    """
+
+    def __init__(self, application_id: str, workers: Callable[[], list[WorkerMetrics]]) -> None:
+        self.application_id = application_id
+        self.workers = workers
+
+    def describe(self) -> list[Metric]:
+        return []  # samples appear as workers do; nothing to register up front
+
+    def collect(self) -> Iterator[Metric]:
+        workers = self.workers()
+        for name, kind, help_text in _WORKER_COUNTERS:
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = family_type(
+                f"fluvial_worker_{name}", help_text, labels=["application_id", "slot"]
+            )
+            for w in workers:
+                family.add_metric([self.application_id, str(w.slot)], float(getattr(w, name)))
+            yield family
+        task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
+        for name in task_names:
+            family = CounterMetricFamily(
+                "fluvial_task_" + name.replace("-", "_"),
+                f"Task counter {name}",
+                labels=["application_id", "task"],
+            )
+            for w in workers:
+                for task_id, counters in sorted(w.task_metrics.items()):
+                    family.add_metric([self.application_id, task_id], float(counters.get(name, 0)))
+            yield family
+
+
 def prometheus_text(application_id: str, workers: list[WorkerMetrics]) -> str:
     """Metrics in the Prometheus text exposition format."""
-    lines: list[str] = []
-    for name, kind, help_text in _WORKER_COUNTERS:
-        metric = f"fluvial_worker_{name}"
-        lines.append(f"# HELP {metric} {help_text}")
-        lines.append(f"# TYPE {metric} {kind}")
-        for w in workers:
-            lines.append(
-                f'{metric}{{application_id="{application_id}",slot="{w.slot}"}} {getattr(w, name)}'
-            )
-    task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
-    for name in task_names:
-        metric = "fluvial_task_" + name.replace("-", "_")
-        lines.append(f"# TYPE {metric} counter")
-        for w in workers:
-            for task_id, counters in sorted(w.task_metrics.items()):
-                lines.append(
-                    f'{metric}{{application_id="{application_id}",task="{task_id}"}} '
-                    f"{counters.get(name, 0)}"
-                )
-    return "\n".join(lines) + "\n"
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerMetricsCollector(application_id, lambda: workers))
+    return generate_latest(registry).decode()

@@ -7,16 +7,26 @@ SIGINT exits at once. Either way the next start resumes from the last commit, as
 
 from __future__ import annotations
 
+import os
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from rich.console import Console
 
 from fluvial.config import StreamsConfig
 from fluvial.runtime.engine import Application
-from fluvial.runtime.metrics import summarize
+from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
+from fluvial.runtime.server import (
+    DEFAULT_HOST,
+    TOKEN_ENV,
+    HttpServer,
+    QueryMetrics,
+    QueryService,
+    parse_address,
+)
+from fluvial.runtime.server import serve as start_server
+from fluvial.runtime.serving import LocalQueryService
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.topology.topology import Topology
 
@@ -36,25 +46,45 @@ def status_line(app: Application, started: float) -> str:
     return line + f"  [{time.monotonic() - started:.0f}s]"
 
 
-def _serve_prometheus(app: Application, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.rstrip("/") != "/metrics":
-                self.send_error(404)
-                return
-            body = app.prometheus_metrics().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+class Endpoints:
+    """The HTTP endpoints of a running application: ``--serve`` and ``--prometheus-port``.
 
-        def log_message(self, *args: object) -> None:
-            pass
+    Both run on the same server stack (Starlette on uvicorn); ``/metrics`` is on both.
+    """
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True, name="fluvial-metrics").start()
-    return server
+    def __init__(self) -> None:
+        self.servers: list[HttpServer] = []
+        self.query_metrics: QueryMetrics | None = None
+
+    def start(
+        self,
+        app: Any,
+        service: QueryService | None,
+        *,
+        serve: str | None,
+        prometheus_port: int | None,
+    ) -> None:
+        token = os.environ.get(TOKEN_ENV) or None
+        collectors = [WorkerMetricsCollector(app.config.application_id, app.metrics)]
+        if serve:
+            server, self.query_metrics = start_server(service, serve, token=token,
+                                                      collectors=collectors)  # fmt: skip
+            self.servers.append(server)
+        if prometheus_port:
+            server, _ = start_server(None, f"{DEFAULT_HOST}:{prometheus_port}", token=token,
+                                     collectors=collectors)  # fmt: skip
+            self.servers.append(server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        self.servers.clear()
+
+
+def check_serve_address(serve: str | None) -> None:
+    """Refuse a malformed ``--serve`` before anything starts."""
+    if serve:
+        parse_address(serve)
 
 
 def run_application(
@@ -66,9 +96,14 @@ def run_application(
     prometheus_port: int | None = None,
     live: bool = True,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    serve: str | None = None,
 ) -> int:
-    """Run until stopped; return the process exit code (0 clean, 1 failed)."""
+    """Run until stopped; return the process exit code (0 clean, 1 failed).
+
+    ``serve`` (``HOST:PORT``) serves interactive queries, health and metrics over HTTP.
+    """
     console = console or Console(stderr=True)
+    check_serve_address(serve)
     app = Application(topology, config, workers=workers)
     stopper = SignalStop(app.stop_event.set, timeout_s=stop_timeout_s, console=console)
     stopper.install()
@@ -78,9 +113,21 @@ def run_application(
         f"({config.processing_guarantee}, commit every {config.commit_interval_ms} ms)",
         highlight=False,
     )
-    # Off the main thread: creating topics blocks in the Kafka client, and signals must not wait.
-    run_in_thread(app.start)
-    server = _serve_prometheus(app, prometheus_port) if prometheus_port else None
+    endpoints = Endpoints()
+    service = LocalQueryService(lambda: app.queries, application_id=config.application_id,
+                                running=lambda: not app.stop_event.is_set())  # fmt: skip
+    # Serve before the tasks restore: a query meanwhile gets 503 with Retry-After.
+    endpoints.start(app, service, serve=serve, prometheus_port=prometheus_port)
+    if serve:
+        console.print(f"fluvial: serving queries on http://{endpoints.servers[0].host}:"
+                      f"{endpoints.servers[0].port}", highlight=False)  # fmt: skip
+    try:
+        # Off the main thread: creating topics blocks in the Kafka client, and signals
+        # must not wait.
+        run_in_thread(app.start)
+    except BaseException:
+        endpoints.stop()
+        raise
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.workers)} worker(s); "
         "Ctrl-C commits and stops",
@@ -99,9 +146,8 @@ def run_application(
                     last = time.monotonic()
     finally:
         run_in_thread(app.close)
-        stopper.done()
-        if server is not None:
-            server.shutdown()
+        endpoints.stop()
+        stopper.done()  # stopped in time: the deadline no longer applies
     console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)
     if app.errors:
         console.print(f"[bold red]error:[/] {app.errors[0]}", highlight=False, soft_wrap=True)

@@ -132,6 +132,8 @@ class SparkApplication:
         self._source_broadcast: Any = None
         self._expected: dict[int, str] = {}
         self._slot_metrics: dict[int, WorkerMetrics] = {}
+        #: Where each slot answered interactive queries in its last lease.
+        self.query_endpoints: dict[int, str] = {}
         self._failed_in_a_row = 0
         self._thread: threading.Thread | None = None
         self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
@@ -290,6 +292,8 @@ class SparkApplication:
         for result in results:
             self._expected[result.slot] = result.incarnation
             self._record(result)
+            if result.query_endpoint:
+                self.query_endpoints[result.slot] = result.query_endpoint
         self._log_lease(results, time.monotonic() - started)
         if self.on_lease is not None:
             self.on_lease(self.leases, results)

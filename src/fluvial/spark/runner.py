@@ -17,7 +17,8 @@ from fluvial.config import StreamsConfig
 from fluvial.runtime.runner import (
     PLAIN_STATUS_INTERVAL_S,
     STATUS_INTERVAL_S,
-    _serve_prometheus,
+    Endpoints,
+    check_serve_address,
     status_line,
 )
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
@@ -34,9 +35,11 @@ def run_spark_application(
     prometheus_port: int | None = None,
     live: bool = True,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    serve: str | None = None,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed)."""
     console = console or Console(stderr=True)
+    check_serve_address(serve)
     app = SparkApplication(app_path, config, master=master, slots=workers)
     started = time.monotonic()
     console.print(
@@ -52,11 +55,33 @@ def run_spark_application(
     )
     # Before start(): a signal during Spark's start-up must not leave a half-started JVM.
     stopper.install()
-    run_in_thread(app.start)
+    # Serve before Spark starts: queries meanwhile get 503 with Retry-After.
+    endpoints = Endpoints()
+    router = None
+    if serve:
+        from fluvial.spark.queries import RoutingQueryService
+
+        router = RoutingQueryService(
+            app.topology, config.application_id,
+            task_ids=lambda: app.task_ids, layout=lambda: app.layout,
+            reported=lambda: app.query_endpoints,
+            slots_dir=Path(config.state_dir) / config.application_id / ".slots",
+            exactly_once=config.exactly_once, running=lambda: not app.stop_event.is_set(),
+        )  # fmt: skip
+    endpoints.start(app, router, serve=serve, prometheus_port=prometheus_port)
+    if router is not None:
+        router.metrics = endpoints.query_metrics
+        server = endpoints.servers[0]
+        console.print(f"fluvial: serving queries on http://{server.host}:{server.port}, "
+                      "routed to the slots", highlight=False)  # fmt: skip
+    try:
+        run_in_thread(app.start)
+    except BaseException:
+        endpoints.stop()
+        raise
     # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
     # so that Ctrl-C lets the lease commit.
     stopper.install()
-    server = _serve_prometheus(app, prometheus_port) if prometheus_port else None  # type: ignore[arg-type]
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
         f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
@@ -76,9 +101,8 @@ def run_spark_application(
                     last = time.monotonic()
     finally:
         run_in_thread(app.close)
-        stopper.done()
-        if server is not None:
-            server.shutdown()
+        endpoints.stop()
+        stopper.done()  # stopped in time: the deadline no longer applies
     console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)  # type: ignore[arg-type]
     if app.errors:
         console.print(f"[bold red]error:[/] {app.errors[0]}", highlight=False, soft_wrap=True)

@@ -116,6 +116,8 @@ class LeaseResult:
     start_seconds: float
     metrics: dict[str, float]
     task_metrics: dict[str, dict[str, int]]
+    # Where this process answers interactive queries for the slot (host:port).
+    query_endpoint: str | None = None
 
 
 @dataclass
@@ -158,6 +160,7 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
     started = time.monotonic()
     entry, reused = _take(plan, source, config, slot, attempt)
     worker = entry.worker
+    query_endpoint = _serve_queries(plan, source, config, entry)
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
     start_seconds = time.monotonic() - started
     try:
@@ -185,12 +188,36 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
         start_seconds=start_seconds,
         metrics=metrics,
         task_metrics=dict(worker.metrics.task_metrics),
+        query_endpoint=query_endpoint,
     )
     with _entries_lock:
         if plan.final:
             _entries.pop((entry.app_id, slot), None)
         entry.busy = False
     return result
+
+
+def _serve_queries(
+    plan: LeasePlan, source: AppSource, config: StreamsConfig, entry: _Entry
+) -> str | None:
+    """Serve this process's slots' stores and register where (see :mod:`fluvial.spark.queries`)."""
+    from fluvial.spark.queries import slot_endpoint
+
+    app_id = config.application_id
+
+    def workers() -> list[Worker]:
+        with _entries_lock:
+            return [e.worker for e in _entries.values() if e.app_id == app_id]
+
+    try:
+        task_ids = [t for tasks in plan.slots.values() for t in tasks]
+        endpoint = slot_endpoint(_topology(source), app_id, task_ids, workers,
+                                 exactly_once=config.exactly_once)  # fmt: skip
+        endpoint.register(entry.slots_dir, entry.slot)
+        return endpoint.address
+    except Exception as error:  # queries are a side service: processing goes on without them
+        log.warning("slot %d cannot serve queries: %s", entry.slot, error)
+        return None
 
 
 def _executor_config(config: StreamsConfig) -> StreamsConfig:

@@ -1,0 +1,247 @@
+"""Interactive queries as JSON: the service the HTTP endpoint serves for tasks in this process.
+
+The local engine serves every task this way. On the Spark engine each slot's Python worker
+serves its own tasks the same way, and the driver routes to it (:mod:`fluvial.spark.queries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fluvial.processor.collector import TaskId
+from fluvial.processor.task import StreamTask
+from fluvial.runtime.queries import (
+    KEY_VALUE_KINDS,
+    SESSION,
+    WINDOW,
+    KeyValueView,
+    LocalQueries,
+    QueryError,
+    SessionView,
+    StoreUnavailableError,
+    WindowView,
+    parse_key,
+    to_json_value,
+)
+from fluvial.runtime.worker import Worker
+
+MIN_TIME = -(2**63)
+MAX_TIME = 2**63 - 1
+DEFAULT_LIMIT = 10_000
+
+
+class WorkerTasks:
+    """The tasks of the workers (slots) running in this process."""
+
+    def __init__(self, workers: Callable[[], list[Worker]]) -> None:
+        self._workers = workers
+
+    def find(self, task_id: TaskId) -> tuple[StreamTask | None, str]:
+        workers = list(self._workers())
+        for worker in workers:
+            task = worker.tasks.get(task_id)
+            if task is not None:
+                return task, "running"
+        for worker in workers:
+            if task_id in worker.task_ids:
+                if task_id in worker.task_states:
+                    return None, f"restoring its state in slot {worker.slot}"
+                return None, f"starting in slot {worker.slot}"
+        return None, "not running in this process"
+
+    def slot_of(self, task_id: TaskId) -> int | None:
+        for worker in self._workers():
+            if task_id in worker.task_ids:
+                return worker.slot
+        return None
+
+    def serving(self) -> tuple[int, int]:
+        """(tasks answering queries, tasks assigned) in this process."""
+        workers = list(self._workers())
+        assigned = sum(len(w.task_ids) for w in workers)
+        running = sum(1 for w in workers for t in list(w.tasks.values()) if t.queryable)
+        return running, assigned
+
+
+def _int_param(params: dict[str, str], name: str, default: int | None) -> int | None:
+    text = params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise QueryError(f"parameter {name}={text!r} must be an integer (epoch ms)") from None
+
+
+def _bool_param(params: dict[str, str], name: str) -> bool:
+    return params.get(name, "").lower() in ("1", "true", "yes")
+
+
+class LocalQueryService:
+    """Runs JSON queries against :class:`LocalQueries` (stores of tasks in this process)."""
+
+    def __init__(
+        self,
+        queries: Callable[[], LocalQueries | None],
+        *,
+        application_id: str,
+        running: Callable[[], bool],
+        stale_unavailable: str = "the local engine keeps no standby replicas",
+    ) -> None:
+        self._queries = queries
+        self.application_id = application_id
+        self._running = running
+        self._stale_unavailable = stale_unavailable
+
+    def _ready(self) -> LocalQueries:
+        queries = self._queries()
+        if queries is None:
+            raise StoreUnavailableError("the application is starting: ask again shortly")
+        return queries
+
+    def stores(self) -> list[dict[str, Any]]:
+        queries = self._ready()
+        return [queries.stores[name].to_json() for name in sorted(queries.stores)]
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        queries = self._queries()
+        running = self._running()
+        body: dict[str, Any] = {
+            "application_id": self.application_id,
+            "status": "running" if running else "stopped",
+        }
+        if queries is not None:
+            source = queries.source
+            if isinstance(source, WorkerTasks):
+                serving, assigned = source.serving()
+                body["tasks_serving"] = serving
+                body["tasks"] = assigned
+            body["default_isolation"] = queries.default_isolation
+        else:
+            body["status"] = "starting" if running else body["status"]
+        return running, body
+
+    def execute(
+        self, store: str, op: str, key: str | None, params: dict[str, str]
+    ) -> dict[str, Any]:
+        queries = self._ready()
+        info = queries.info(store)
+        isolation = queries.isolation(params.get("isolation"))
+        allow_stale = _bool_param(params, "allow_stale")
+        view = queries.store(store)
+        if params.get("tasks"):
+            view.only_tasks = _task_list(params["tasks"])
+        body: dict[str, Any] = {"store": store, "isolation": isolation, "stale": False}
+        try:
+            if op == "key":
+                assert key is not None
+                parsed = _parse_key(queries, store, key)
+                metadata = queries.metadata_for_key(store, parsed)
+                body.update(key=to_json_value(parsed), partition=metadata.partition,
+                            task=str(metadata.task), slot=metadata.active_slot)  # fmt: skip
+                body.update(self._key_query(view, parsed, params, isolation))
+            elif op in ("range", "all"):
+                body.update(self._range(queries, view, store, op, params, isolation))
+            elif op == "windows":
+                if info.kind != WINDOW:
+                    raise QueryError(f"store {store!r} is a {info.kind} store: /windows is for "
+                                     "window stores")  # fmt: skip
+                assert isinstance(view, WindowView)
+                lo = _int_param(params, "from", MIN_TIME)
+                hi = _int_param(params, "to", MAX_TIME)
+                limit = _int_param(params, "limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+                rows = view.fetch_all(lo, hi, isolation=isolation)  # type: ignore[arg-type]
+                body["windows"] = [_window_row(w.key, w.window, v) for w, v in rows[:limit]]
+                body["truncated"] = len(rows) > limit
+            elif op == "count":
+                if info.kind not in KEY_VALUE_KINDS:
+                    raise QueryError(f"store {store!r} is a {info.kind} store: /count is for "
+                                     "key-value stores")  # fmt: skip
+                assert isinstance(view, KeyValueView)
+                body["approximate_num_entries"] = view.approximate_num_entries(isolation=isolation)
+            else:
+                raise QueryError(f"unknown query {op!r}")
+        except StoreUnavailableError as error:
+            if allow_stale:
+                raise StoreUnavailableError(
+                    f"{error}; no stale answer either: {self._stale_unavailable}",
+                    retry_after_s=error.retry_after_s,
+                ) from None
+            raise
+        return body
+
+    def _key_query(
+        self, view: Any, key: Any, params: dict[str, str], isolation: str
+    ) -> dict[str, Any]:
+        kind = view.info.kind
+        if kind in KEY_VALUE_KINDS:
+            value = view.get(key, isolation=isolation)
+            return {"found": value is not None, "value": to_json_value(value)}
+        if kind == WINDOW:
+            start = _int_param(params, "time", None)
+            if start is not None:
+                value = view.fetch(key, start, isolation=isolation)
+                size = view.info.spec.window_size_ms or 0
+                return {"found": value is not None, "start": start, "end": start + size,
+                        "value": to_json_value(value)}  # fmt: skip
+            lo = _int_param(params, "from", MIN_TIME)
+            hi = _int_param(params, "to", MAX_TIME)
+            rows = view.fetch(key, lo, hi, isolation=isolation)
+            return {"windows": [_window_row(None, w, v) for w, v in rows]}
+        if kind == SESSION:
+            assert isinstance(view, SessionView)
+            sessions = view.fetch(key, isolation=isolation)
+            return {"sessions": [_window_row(None, w.window, v) for w, v in sessions]}
+        raise QueryError(f"store {view.name!r} of type {kind} cannot be queried by key")
+
+    def _range(
+        self,
+        queries: LocalQueries,
+        view: Any,
+        store: str,
+        op: str,
+        params: dict[str, str],
+        isolation: str,
+    ) -> dict[str, Any]:
+        if not isinstance(view, KeyValueView):
+            hint = " use /windows?from=&to=" if isinstance(view, WindowView) else ""
+            raise QueryError(f"store {store!r} is a {view.info.kind} store: /{op} is for "
+                             f"key-value stores;{hint}")  # fmt: skip
+        limit = _int_param(params, "limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+        lo = params.get("from")
+        hi = params.get("to")
+        entries = view.range(
+            None if op == "all" or lo is None else _parse_key(queries, store, lo),
+            None if op == "all" or hi is None else _parse_key(queries, store, hi),
+            isolation=isolation,
+        )
+        return {
+            "entries": [
+                {"key": to_json_value(k), "value": to_json_value(v)} for k, v in entries[:limit]
+            ],
+            "truncated": len(entries) > limit,
+        }
+
+
+def _task_list(text: str) -> set[TaskId]:
+    tasks = set()
+    for item in text.split(","):
+        sub, _, partition = item.partition("_")
+        try:
+            tasks.add(TaskId(int(sub), int(partition)))
+        except ValueError:
+            raise QueryError(f"tasks={text!r}: give task ids like 1_0,1_2") from None
+    return tasks
+
+
+def _parse_key(queries: LocalQueries, store: str, text: str) -> Any:
+    return parse_key(queries.info(store), text)
+
+
+def _window_row(key: Any, window: Any, value: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"start": window.start_ms, "end": window.end_ms,
+                           "value": to_json_value(value)}  # fmt: skip
+    if key is not None:
+        row["key"] = to_json_value(key)
+    return row

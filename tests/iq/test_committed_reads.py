@@ -1,0 +1,147 @@
+"""Committed reads are never taken back: queries through kill -9 crashes, and during restores."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.iq.harness import STORE, ServedRunner, counts_of, get, in_grace_views
+from tests.runtime.harness import produce, read_revisions, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+CRASHES = 5
+
+
+class Querier(threading.Thread):
+    """Asks for random windows, one query at a time, and keeps every answer in order."""
+
+    def __init__(self, runner: ServedRunner, windows: list[tuple[str, int]], isolation: str):
+        super().__init__(daemon=True)
+        self.runner = runner
+        self.windows = windows
+        self.isolation = isolation
+        self.stop_event = threading.Event()
+        self.answers: list[tuple[tuple[str, int], int]] = []
+        self.unavailable = 0
+        self.unavailable_reasons: list[str] = []
+        self.refused_connections = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        while not self.stop_event.is_set():
+            category, start = rng.choice(list(self.windows))
+            path = f"/stores/{STORE}/keys/{category}?time={start}&isolation={self.isolation}"
+            try:
+                answer = get(self.runner.port, path, timeout=5)
+            except OSError:
+                self.refused_connections += 1  # the process is down or not serving yet
+                time.sleep(0.02)
+                continue
+            if answer.status == 503:
+                if "Retry-After" not in answer.headers and "retry-after" not in answer.headers:
+                    self.errors.append(f"503 without Retry-After: {answer.body}")
+                self.unavailable += 1
+                self.unavailable_reasons.append(answer.body.get("error", ""))
+            elif answer.status != 200:
+                self.errors.append(f"{answer.status}: {answer.body}")
+            elif answer.body["found"]:
+                self.answers.append(((category, start), answer.body["value"]))
+
+    def count_for(self, seconds: float) -> int:
+        before = len(self.answers)
+        time.sleep(seconds)
+        return len(self.answers) - before
+
+
+def test_no_committed_answer_is_taken_back_through_kill9_crashes(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    views = in_grace_views(seed=3, count=8000)
+    oracle = counts_of(views)
+    runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
+                          topic_factory("counts"), tmp_path / "state", commit_ms=300)  # fmt: skip
+    querier = Querier(runner, sorted(oracle), "committed")
+    chunks = [views[i : i + 800] for i in range(0, len(views), 800)]
+    runner.start()
+    try:
+        runner.wait_serving()
+        querier.start()
+        produce(bootstrap_servers, runner.input_topic, chunks[0])
+        for crash in range(CRASHES):
+            # Ask about the windows being counted right now: those a crash would take back.
+            querier.windows = sorted(counts_of(chunks[crash + 1]))
+            produce(bootstrap_servers, runner.input_topic, chunks[crash + 1])
+            # Crash while answering queries and processing new input.
+            wait_until(lambda: querier.count_for(0.3) > 0, 60, "answers before the crash")
+            runner.kill9()
+            runner.start()
+            runner.wait_serving()
+        for chunk in chunks[CRASHES + 1 :]:
+            produce(bootstrap_servers, runner.input_topic, chunk)
+        wait_until(lambda: dict(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,
+                   180, "the committed output to reach the oracle")  # fmt: skip
+        querier.count_for(1.0)
+        querier.stop_event.set()
+        querier.join(10)
+        assert runner.stop() == 0, runner.output()
+    finally:
+        querier.stop_event.set()
+        if runner.alive():
+            runner.kill9()
+
+    assert not querier.errors, querier.errors[:5]
+    revisions: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for window, count in read_revisions(bootstrap_servers, runner.output_topic):
+        revisions[window].add(count)
+    assert len(querier.answers) > 200, len(querier.answers)
+    last: dict[tuple[str, int], int] = {}
+    for window, value in querier.answers:
+        # Each answer is a state some committed transaction produced ...
+        assert value in revisions[window], (window, value, sorted(revisions[window]))
+        # ... and no later answer goes back behind it, crash or not.
+        assert value >= last.get(window, 0), (window, value, last[window])
+        last[window] = value
+
+
+def test_a_query_during_restore_gets_503_with_retry_after_never_a_wrong_value(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    views = in_grace_views(seed=4, count=12000)
+    oracle = counts_of(views)
+    runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
+                          topic_factory("counts"), tmp_path / "state")  # fmt: skip
+    runner.start()
+    try:
+        runner.wait_serving()
+        produce(bootstrap_servers, runner.input_topic, views)
+        wait_until(lambda: dict(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,
+                   180, "the committed output to reach the oracle")  # fmt: skip
+        assert runner.stop() == 0, runner.output()
+        # Without local state every task restores its whole changelog on the next start.
+        shutil.rmtree(runner.state_dir / runner.app_id)
+
+        querier = Querier(runner, sorted(oracle), "committed")
+        querier.start()
+        runner.start()
+        runner.wait_serving()
+        wait_until(lambda: querier.count_for(0.5) > 20, 60, "answers after the restore")
+        querier.stop_event.set()
+        querier.join(10)
+        assert runner.stop() == 0, runner.output()
+    finally:
+        if runner.alive():
+            runner.kill9()
+
+    assert not querier.errors, querier.errors[:5]
+    restoring = [r for r in querier.unavailable_reasons if "restoring its state" in r]
+    assert restoring, "no query met a restoring task: it must be refused with 503"
+    wrong = [(w, v) for w, v in querier.answers if v != oracle[w]]
+    assert not wrong, f"answers from a partly restored store: {wrong[:5]}"
