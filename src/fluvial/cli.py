@@ -26,6 +26,9 @@ app.add_typer(kafka_app, name="kafka")
 from fluvial.bench.cli import bench_app  # noqa: E402 - beside the other sub-apps
 
 app.add_typer(bench_app, name="bench")
+from fluvial.sinks.cli import sink_app  # noqa: E402 - beside the other sub-apps
+
+app.add_typer(sink_app, name="sink")
 
 console = Console(stderr=True)
 out = Console()
