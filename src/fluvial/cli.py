@@ -194,9 +194,11 @@ def run(
         "application_id": application_id,
         "state_dir": str(state_dir) if state_dir else None,
     }
+    egress = None
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application
 
@@ -212,8 +214,29 @@ def run(
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")
     except FluvialError as error:
+        if egress is not None:
+            egress.stop()
         _fail(error)
+    if egress is not None:
+        egress.stop()
+        if egress.errors and code == 0:
+            code = 1
     raise typer.Exit(code=code)
+
+
+def _start_egress(app_file: Path, config):  # noqa: ANN001, ANN202 - returns Egress | None
+    """The sinks an APP.py declares in ``egress``, started beside the application."""
+    from fluvial.sinks.egress import Egress, declared_egress
+
+    sinks = declared_egress(app_file)
+    if not sinks:
+        return None
+    egress = Egress(
+        sinks, bootstrap_servers=config.bootstrap_servers, client_config=config.client_config,
+        say=lambda line: console.print(line, highlight=False, soft_wrap=True),
+    )  # fmt: skip
+    egress.start()
+    return egress
 
 
 @app.command("reset")
