@@ -100,8 +100,8 @@ def _plain_writer(
                 for m in msgs:
                     meta = (m.topic(), m.partition(), m.offset(),
                             millis_to_datetime(m.timestamp()[1]))  # fmt: skip
-                    rows.append((*codec.key_part(m.topic(), m.key()),
-                                 *codec.value_part(m.topic(), m.value()), *meta))  # fmt: skip
+                    rows.append((*codec.key_part(str(m.topic()), m.key()),
+                                 *codec.value_part(str(m.topic()), m.value()), *meta))  # fmt: skip
                 if not rows:
                     continue
                 with conn.transaction(), conn.cursor() as cur:

@@ -35,7 +35,7 @@ def safe_dsn(dsn: str) -> str:
     except Exception:  # an unparsable DSN: say nothing of it
         return "(the given dsn)"
     host, port, db = parts.get("host", ""), parts.get("port", ""), parts.get("dbname", "")
-    user = parts.get("user", "")
+    user = str(parts.get("user", ""))
     return f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}/{db}"
 
 

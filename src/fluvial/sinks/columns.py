@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,7 @@ def parse_schema(schema: str | Mapping[str, str]) -> list[Column]:
 
 
 def _serde(name: str, what: str) -> serdes.Serde[Any]:
-    factories = {
+    factories: dict[str, Callable[[], serdes.Serde[Any]]] = {
         "string": serdes.string,
         "bytes": serdes.bytes_,
         "long": serdes.long,

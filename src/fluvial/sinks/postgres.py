@@ -360,14 +360,11 @@ class _Runner:
     def _assign(self) -> None:
         assert self.consumer is not None
         default = OFFSET_BEGINNING if self.sink.start_from == "earliest" else OFFSET_END
-        self.consumer.assign(
-            [
-                KafkaPartition(
-                    t, p, default if self.committed[(t, p)] is None else self.committed[(t, p)]
-                )
-                for t, p in self.partitions
-            ]
-        )
+        assignment = []
+        for t, p in self.partitions:
+            offset = self.committed[(t, p)]
+            assignment.append(KafkaPartition(t, p, default if offset is None else offset))
+        self.consumer.assign(assignment)
         self.at_end.clear()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -388,9 +385,9 @@ class _Runner:
                 error = msg.error()
                 if error is None:
                     batch.append(msg)
-                    self.at_end.discard((msg.topic(), msg.partition()))
+                    self.at_end.discard((str(msg.topic()), int(msg.partition() or 0)))
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    self.at_end.add((msg.topic(), msg.partition()))
+                    self.at_end.add((str(msg.topic()), int(msg.partition() or 0)))
                 else:
                     raise self._consumer_error(error)
             if batch and deadline is None:

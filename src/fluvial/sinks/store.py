@@ -501,7 +501,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _create_racing(conn: psycopg.Connection[Any], ddl: sql.Composable) -> None:
+def _create_racing(conn: psycopg.Connection[Any], ddl: sql.Composed) -> None:
     """CREATE ... IF NOT EXISTS, tolerating another instance creating it at the same time."""
     with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
         conn.execute(ddl)
