@@ -109,18 +109,25 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_writes_each_record_onc
         return subprocess.Popen([*args, *extra], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ})  # fmt: skip
 
-    # 1. Killed right after the sink committed batch 2, before Spark recorded it: a replay.
-    run = start("--crash-after-batch", "2", "--crash-flag", str(tmp_path / "crashed"))
-    assert run.wait(300) == -signal.SIGKILL
-    # 2. Killed at a random moment while it writes.
-    run = start()
-    wait_until(lambda: progress.read_text().count("done") >= 4, 300, "more batches")
-    time.sleep(random.Random(3).uniform(0.0, 1.0))
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait(60)
-    # 3. Runs to the end.
-    run = start()
-    assert run.wait(300) == 0
+    runs: list[subprocess.Popen[bytes]] = []
+    try:
+        # 1. Killed right after the sink committed batch 2, before Spark recorded it: a replay.
+        runs.append(start("--crash-after-batch", "2", "--crash-flag", str(tmp_path / "crashed")))
+        assert runs[-1].wait(300) == -signal.SIGKILL
+        # 2. Killed at a random moment while it writes.
+        runs.append(start())
+        wait_until(lambda: progress.read_text().count("done") >= 4, 300, "more batches")
+        time.sleep(random.Random(3).uniform(0.0, 1.0))
+        os.killpg(runs[-1].pid, signal.SIGKILL)
+        runs[-1].wait(60)
+        # 3. Runs to the end.
+        runs.append(start())
+        assert runs[-1].wait(300) == 0
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(60)
 
     events = progress.read_text().split("\n")
     assert "skipped 2" in events, "batch 2 was replayed after the crash and must be skipped"
