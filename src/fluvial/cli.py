@@ -155,6 +155,14 @@ def describe(
     description = loaded.topology.describe(app_id)
     if fmt == "text":
         out.print(str(description), highlight=False, markup=False, soft_wrap=True)
+        from fluvial.sinks.egress import declared_egress
+
+        try:
+            egress = declared_egress(app_file)
+        except FluvialError as error:
+            _fail(error)
+        for sink in egress:
+            out.print(f"Egress: {sink.describe()}", highlight=False, markup=False)
     elif fmt in ("dot", "mermaid"):
         render = getattr(description, f"to_{fmt}", None)
         if render is None:
