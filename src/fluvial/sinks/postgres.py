@@ -32,7 +32,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from fluvial.config import to_millis
 from fluvial.errors import ConfigError, FluvialError
-from fluvial.sinks.columns import BadRecord, RowCodec
+from fluvial.sinks.columns import BadRecord, RowCodec, millis_to_datetime
 from fluvial.sinks.dead_letters import DeadLetters
 from fluvial.sinks.store import (
     BadRowError,
@@ -459,7 +459,7 @@ class _Runner:
                 bad.append(item)
                 continue
             meta = (topic, item.partition, item.offset,
-                    None if item.timestamp_ms is None else _datetime(item.timestamp_ms))  # fmt: skip
+                    None if item.timestamp_ms is None else millis_to_datetime(item.timestamp_ms))  # fmt: skip
             item.row = (*key_part, *value_part, *meta)
             item.identity = tuple(_hashable(k) for k in key_part)
             item.tombstone = value is None
@@ -524,12 +524,6 @@ class _Runner:
             return
         with self.sink._lock:
             self.sink._progress.lag = lag
-
-
-def _datetime(ms: int) -> Any:
-    from fluvial.sinks.columns import millis_to_datetime
-
-    return millis_to_datetime(ms)
 
 
 def _hashable(value: Any) -> Any:
