@@ -10,4 +10,5 @@ $B passthrough --rate 1000 --seconds 20 --guarantee exactly_once_v2 --commit-int
 $B passthrough --rate 1000 --seconds 20 --guarantee at_least_once --commit-interval-ms 100 --json $D/latency-passthrough-alos.json
 $B figure2 --rate 1000 --seconds 20 --guarantee exactly_once_v2 --commit-interval-ms 100 --peers kafka-streams --json $D/latency-figure2-eos.json
 $B passthrough --records 100000 --partitions 2 --commit-interval-ms 1000 --peers spark-ss,spark-ss-eos --json $D/spark-sink-passthrough.json
+$B postgres-sink --records 100000 --json $D/postgres-sink.json
 echo ALL DONE

@@ -26,6 +26,9 @@ app.add_typer(kafka_app, name="kafka")
 from fluvial.bench.cli import bench_app  # noqa: E402 - beside the other sub-apps
 
 app.add_typer(bench_app, name="bench")
+from fluvial.sinks.cli import sink_app  # noqa: E402 - beside the other sub-apps
+
+app.add_typer(sink_app, name="sink")
 
 console = Console(stderr=True)
 out = Console()
@@ -220,6 +223,14 @@ def describe(
     description = loaded.topology.describe(app_id)
     if fmt == "text":
         out.print(str(description), highlight=False, markup=False, soft_wrap=True)
+        from fluvial.sinks.egress import declared_egress
+
+        try:
+            egress = declared_egress(app_file)
+        except FluvialError as error:
+            _fail(error)
+        for sink in egress:
+            out.print(f"Egress: {sink.describe()}", highlight=False, markup=False)
     elif fmt in ("dot", "mermaid"):
         render = getattr(description, f"to_{fmt}", None)
         if render is None:
@@ -283,9 +294,11 @@ def run(
         }
     if bootstrap_servers is None:
         overrides["bootstrap_servers"] = settings_bootstrap
+    egress = None
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application
 
@@ -303,8 +316,29 @@ def run(
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")
     except FluvialError as error:
+        if egress is not None:
+            egress.stop()
         _fail(error)
+    if egress is not None:
+        egress.stop()
+        if egress.errors and code == 0:
+            code = 1
     raise typer.Exit(code=code)
+
+
+def _start_egress(app_file: Path, config):  # noqa: ANN001, ANN202 - returns Egress | None
+    """The sinks an APP.py declares in ``egress``, started beside the application."""
+    from fluvial.sinks.egress import Egress, declared_egress
+
+    sinks = declared_egress(app_file)
+    if not sinks:
+        return None
+    egress = Egress(
+        sinks, bootstrap_servers=config.bootstrap_servers, client_config=config.client_config,
+        say=lambda line: console.print(line, highlight=False, soft_wrap=True),
+    )  # fmt: skip
+    egress.start()
+    return egress
 
 
 @app.command("reset")

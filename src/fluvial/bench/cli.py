@@ -284,4 +284,42 @@ def report(
     console.print(f"wrote {path} and its plots", highlight=False)
 
 
+@bench_app.command("postgres-sink")
+def postgres_sink(
+    records: Records = 200_000,
+    partitions: Partitions = 2,
+    batch: Annotated[int, typer.Option(help="Records per transaction, for every writer")] = 10_000,
+    writers: Annotated[
+        str, typer.Option(help="Comma-separated: insert-loop, copy, fluvial, fluvial-upsert")
+    ] = "insert-loop,copy,fluvial,fluvial-upsert",
+    dsn: Annotated[
+        str | None,
+        typer.Option(envvar="FLUVIAL_BENCH_DSN", help="PostgreSQL to use [default: a private one]"),
+    ] = None,
+    json_out: JsonOut = None,
+    bootstrap_servers: Bootstrap = None,
+) -> None:
+    """The PostgreSQL sink (rows and offsets in one transaction) against a plain INSERT loop
+    and against COPY without offsets, on the same topic and database in the same run."""
+    from fluvial.bench.postgres_sink import run_postgres_sink_bench
+
+    data = run_postgres_sink_bench(
+        records=records, partitions=partitions, batch=batch, writers=_csv(writers),
+        bootstrap=bootstrap_servers, dsn=dsn,
+        say=lambda line: console.print(line, highlight=False),
+    )  # fmt: skip
+    data = {"environment": describe(), "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),
+            **data}  # fmt: skip
+    table = Table("writer", "records/s", "seconds", "vs COPY", "vs INSERT loop")
+    for run in data["runs"]:
+        table.add_row(
+            run["writer"], f"{run['rows_per_s']:,.0f}", f"{run['seconds']:.2f}",
+            f"{run.get('vs_copy', 0):.2f}x", f"{run.get('vs_insert_loop', 0):.2f}x",
+        )  # fmt: skip
+    Console().print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(data, indent=1) + "\n")
+
+
 __all__ = ["bench_app", "ALL_SYSTEMS"]

@@ -1,0 +1,323 @@
+"""PostgresSink on a real Kafka and a real PostgreSQL: what lands in the table, and when."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fluvial import serdes
+from fluvial.errors import ConfigError
+from fluvial.records import Window, Windowed
+from fluvial.sinks import BadRowError, PostgresSink, SinkFencedError
+from tests.event_times import event_time_base_ms
+from tests.sinks.conftest import query
+
+pytestmark = [pytest.mark.kafka]
+
+BASE = event_time_base_ms()
+
+
+def produce(
+    bootstrap: str, topic: str, records: list[tuple], *, partition: int | None = None
+) -> None:
+    """``records``: (key bytes, value bytes, timestamp ms)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value, ts in records:
+        kwargs = {"key": key, "value": value, "timestamp": ts}
+        if partition is not None:
+            kwargs["partition"] = partition
+        producer.produce(topic, **kwargs)
+    assert producer.flush(30) == 0
+
+
+def offsets(dsn: str, sink_id: str) -> dict[tuple[str, int], tuple[int | None, int]]:
+    rows = query(
+        dsn,
+        "SELECT topic, partition, next_offset, epoch FROM fluvial_sink_offsets WHERE sink_id = %s",
+        [sink_id],
+    )
+    return {(t, p): (o, e) for t, p, o, e in rows}
+
+
+def ms(value: dt.datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def test_a_stream_lands_once_per_record_and_resumes_from_the_database_offsets(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("views", partitions=2)
+    table = table_name("views")
+    views = [
+        (f"user-{i % 7}".encode(), json.dumps({"category": f"c{i % 3}", "period": i}).encode(),
+         BASE + i)
+        for i in range(300)
+    ]  # fmt: skip
+    produce(bootstrap_servers, topic, views)
+
+    def sink() -> PostgresSink:
+        return PostgresSink(
+            topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+            value_serde="json", value_schema="category string, period long",
+            max_batch_records=64, commit_interval_ms=50,
+        )  # fmt: skip
+
+    progress = sink().run(stop_at_end=True)
+    assert progress.rows_written == 300
+    rows = query(
+        pg_dsn,
+        f"SELECT key, category, period, kafka_topic, kafka_partition, kafka_offset, "
+        f"kafka_timestamp FROM {table}",
+    )
+    assert len(rows) == 300
+    assert sorted(r[2] for r in rows) == list(range(300))
+    by_period = {r[2]: r for r in rows}
+    assert by_period[10][:4] == ("user-3", "c1", 10, topic)
+    assert ms(by_period[10][6]) == BASE + 10
+    # Offsets in the database are the next offset of each partition: the table's max + 1.
+    stored = offsets(pg_dsn, table)
+    for (t, p), (next_offset, epoch) in stored.items():
+        assert t == topic and epoch == 1
+        assert next_offset == 1 + max(r[5] for r in rows if r[4] == p)
+
+    # A second run resumes where the first committed: nothing is written twice.
+    assert sink().run(stop_at_end=True).rows_written == 0
+    more = [(b"late", json.dumps({"category": "x", "period": 1000 + i}).encode(), BASE)
+            for i in range(5)]  # fmt: skip
+    produce(bootstrap_servers, topic, more)
+    third = sink().run(stop_at_end=True)
+    assert third.rows_written == 5 and third.epoch == 3
+    assert query(pg_dsn, f"SELECT count(*), count(DISTINCT period) FROM {table}") == [(305, 305)]
+
+
+def test_a_table_topic_upserts_by_key_and_tombstones_delete(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("totals", partitions=3)
+    table = table_name("totals")
+    long = serdes.long()
+    oracle: dict[str, int] = {}
+    records = []
+    for i in range(400):
+        key = f"k{i % 37}"
+        if i % 11 == 0:
+            records.append((key.encode(), None, BASE + i))
+            oracle.pop(key, None)
+        else:
+            records.append((key.encode(), long.serialize(topic, i), BASE + i))
+            oracle[key] = i
+    produce(bootstrap_servers, topic, records)
+
+    sink = PostgresSink(
+        topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers, mode="upsert",
+        value_serde="long", max_batch_records=50, commit_interval_ms=50,
+    )  # fmt: skip
+    progress = sink.run(stop_at_end=True)
+
+    assert dict(query(pg_dsn, f"SELECT key, value FROM {table}")) == oracle
+    assert progress.rows_deleted > 0
+    # The row remembers the record that set it.
+    [(offset_ts,)] = query(pg_dsn, f"SELECT kafka_timestamp FROM {table} WHERE key = 'k5'")
+    assert ms(offset_ts) == BASE + max(i for i in range(400) if i % 37 == 5 and i % 11)
+
+
+def test_windowed_keys_become_key_window_start_and_window_end(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("counts")
+    table = table_name("counts")
+    key_serde = serdes.time_windowed(serdes.string(), 5000)
+    long = serdes.long()
+    start = BASE - BASE % 5000
+    records = []
+    for count in (1, 2, 3):  # revisions of one window: the last wins
+        records.append((key_serde.serialize(topic, Windowed("news", Window(start, start + 5000))),
+                        long.serialize(topic, count), start))  # fmt: skip
+    records.append((key_serde.serialize(topic, Windowed("news", Window(start + 5000, start + 10000))),
+                    long.serialize(topic, 7), start + 5000))  # fmt: skip
+    produce(bootstrap_servers, topic, records)
+
+    PostgresSink(
+        topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers, mode="upsert",
+        value_serde="long", window_size_ms=5000,
+    ).run(stop_at_end=True)  # fmt: skip
+
+    rows = query(pg_dsn, f"SELECT key, window_start, window_end, value FROM {table} ORDER BY 2")
+    assert [(k, ms(s), ms(e), v) for k, s, e, v in rows] == [
+        ("news", start, start + 5000, 3),
+        ("news", start + 5000, start + 10000, 7),
+    ]
+
+
+def read_all(bootstrap: str, topic: str) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{time.time_ns()}",
+                         "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            break
+        out.append(msg)
+    consumer.close()
+    return out
+
+
+def test_bad_rows_go_to_the_dead_letter_topic_and_the_rest_is_written(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("views")
+    dead = topic_factory("dead")
+    table = table_name("views")
+    # A constraint of the user's own: PostgreSQL rejects negative periods.
+    query(pg_dsn, f"CREATE TABLE {table} (key text, category text, period bigint CHECK (period >= 0), "
+                  "kafka_topic text NOT NULL, kafka_partition integer NOT NULL, kafka_offset bigint "
+                  "NOT NULL, kafka_timestamp timestamptz, "
+                  "PRIMARY KEY (kafka_topic, kafka_partition, kafka_offset))")  # fmt: skip
+    records = []
+    for i in range(100):
+        value = {"category": "c", "period": i}
+        if i == 17:
+            value["period"] = "seventeen"  # a type error, found before the database
+        if i in (40, 41, 90):
+            value["period"] = -i  # a constraint violation, found by PostgreSQL
+        records.append((f"k{i}".encode(), json.dumps(value).encode(), BASE + i))
+    records.append((b"k-not-json", b"{not json", BASE))
+    produce(bootstrap_servers, topic, records, partition=0)
+
+    progress = PostgresSink(
+        topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+        value_serde="json", value_schema="category string, period long",
+        on_bad_row="dead_letter", dead_letter_topic=dead, create_table=False,
+    ).run(stop_at_end=True)  # fmt: skip
+
+    periods = sorted(r[0] for r in query(pg_dsn, f"SELECT period FROM {table}"))
+    assert periods == [i for i in range(100) if i not in (17, 40, 41, 90)]
+    assert progress.dead_letters == 5
+    letters = read_all(bootstrap_servers, dead)
+    assert sorted(m.key() for m in letters) == sorted(
+        [b"k17", b"k40", b"k41", b"k90", b"k-not-json"]
+    )
+    headers = {m.key(): dict(m.headers()) for m in letters}
+    assert b"not a valid bigint" in headers[b"k17"]["fluvial.sink.error"]
+    assert b"check constraint" in headers[b"k40"]["fluvial.sink.error"]
+    assert headers[b"k90"]["fluvial.source.offset"] == b"90"
+    assert headers[b"k90"]["fluvial.source.topic"] == topic.encode()
+    assert offsets(pg_dsn, table)[(topic, 0)][0] == 101
+
+
+def test_a_bad_row_stops_the_sink_and_nothing_of_its_batch_commits(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("views")
+    table = table_name("views")
+    records = [(b"k", str(i).encode(), BASE + i) for i in range(10)]
+    records[6] = (b"k", b"\x00\x01", BASE)  # not 8 bytes: not a long
+    long = serdes.long()
+    records = [(k, long.serialize(topic, int(v)) if i != 6 else v, ts)
+               for i, (k, v, ts) in enumerate(records)]  # fmt: skip
+    produce(bootstrap_servers, topic, records, partition=0)
+
+    sink = PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                        value_serde="long")  # fmt: skip
+    with pytest.raises(BadRowError, match=rf"{topic}\[0\]@6 .*expected 8 bytes"):
+        sink.run(stop_at_end=True)
+    assert query(pg_dsn, f"SELECT count(*) FROM {table}") == [(0,)]
+    assert offsets(pg_dsn, table)[(topic, 0)][0] is None
+    # It stops again at the same record on restart: never skipped.
+    with pytest.raises(BadRowError):
+        PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                     value_serde="long").run(stop_at_end=True)  # fmt: skip
+
+
+def test_a_new_instance_fences_the_old_one(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("views")
+    table = table_name("views")
+    produce(bootstrap_servers, topic, [(b"k", b"v0", BASE)])
+
+    def sink() -> PostgresSink:
+        return PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                            commit_interval_ms=20)  # fmt: skip
+
+    old = sink()
+    failures: list[BaseException] = []
+
+    def run_old() -> None:
+        try:
+            old.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run_old)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while old.progress().rows_written < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        new = sink()
+        new_thread = threading.Thread(target=new.run)
+        new_thread.start()
+        while new.progress().epoch == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert new.progress().epoch == 2
+        produce(bootstrap_servers, topic, [(b"k", f"v{i}".encode(), BASE) for i in range(1, 50)])
+        thread.join(60)
+        assert not thread.is_alive()
+        assert len(failures) == 1 and isinstance(failures[0], SinkFencedError)
+        assert "epoch 2" in str(failures[0])
+        while new.progress().rows_written < 49 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        old.stop()
+        new.stop()
+        new_thread.join(60)
+    values = [r[0] for r in query(pg_dsn, f"SELECT value FROM {table} ORDER BY kafka_offset")]
+    assert values == [f"v{i}" for i in range(50)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"value_serde": "avro"}, "value_serde='avro' is unknown"),
+        ({"value_serde": "json", "value_schema": "period"}, "is not 'name type'"),
+        ({"value_serde": "json", "value_schema": "period decimal"}, "unknown type 'decimal'"),
+        ({"value_schema": "period long"}, "needs value_serde='json'"),
+        ({"value_serde": "json", "value_schema": "kafka_offset long"}, "clash"),
+        ({"mode": "merge"}, "mode='merge' is unknown"),
+        ({"on_bad_row": "dead_letter"}, "needs dead_letter_topic"),
+        ({"window_size_ms": 5000, "session_windows": True}, "exclude each other"),
+        ({"sink_id": "a b"}, "sink_id 'a b' is invalid"),
+    ],
+)
+def test_configuration_errors_are_found_before_anything_runs(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PostgresSink("t", table="t", dsn="postgresql://x", bootstrap_servers="x:1", **kwargs)
+
+
+def test_an_existing_table_without_the_sinks_columns_or_key_is_refused(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("totals")
+    table = table_name("totals")
+    query(pg_dsn, f"CREATE TABLE {table} (key text, value bigint)")
+    with pytest.raises(ConfigError, match=r"lacks the column\(s\) \['kafka_topic'"):
+        PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                     mode="upsert", value_serde="long").run(stop_at_end=True)  # fmt: skip
+    query(pg_dsn, f"ALTER TABLE {table} ADD COLUMN kafka_topic text, ADD COLUMN kafka_partition "
+                  "int, ADD COLUMN kafka_offset bigint, ADD COLUMN kafka_timestamp timestamptz")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no primary key or unique index on \(key\)"):
+        PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                     mode="upsert", value_serde="long").run(stop_at_end=True)  # fmt: skip
+    with pytest.raises(psycopg.Error):
+        query(pg_dsn, "SELECT 1 FROM no_such_table")
