@@ -14,6 +14,7 @@ from fluvial import (
     Branched,
     BufferConfig,
     EmitStrategy,
+    Grouped,
     JoinWindows,
     Materialized,
     Named,
@@ -64,6 +65,16 @@ def windows_of(spec: dict[str, Any]) -> Any:
 def _materialized(node: dict[str, Any], key_type: str = "s") -> Materialized:
     m = Materialized.as_(node["store"]) if node.get("store") else Materialized()
     return m.with_key_serde(key_serde(key_type)).with_value_serde(value_serde(node["v"]))
+
+
+def _grouped(node: dict[str, Any]) -> Grouped:
+    grouped = Grouped.as_(node["name"]) if node.get("name") else Grouped()
+    return grouped.with_key_serde(STRING).with_value_serde(value_serde(node["v"]))
+
+
+def _table_materialized(node: dict[str, Any]) -> Materialized | None:
+    """A derived table's store: named, anonymous (serdes only), or none at all."""
+    return _materialized(node) if node.get("store") or node.get("materialize") else None
 
 
 def build_topology(case: dict[str, Any]) -> Topology:
@@ -131,11 +142,9 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
     if op == "to_table":
         return src.to_table(materialized=_materialized(node))
     if op == "group_by_key":
-        return src.group_by_key(key_serde=STRING, value_serde=value_serde(rep))
+        return src.group_by_key(_grouped(node))
     if op == "group_by":
-        return src.group_by(
-            f.key_selector(node["fn"]), key_serde=STRING, value_serde=value_serde(rep)
-        )
+        return src.group_by(f.key_selector(node["fn"]), _grouped(node))
     if op == "windowed_by":
         windowed = src.windowed_by(windows_of(node["windows"]))
         if node.get("emit_on_close"):
@@ -169,13 +178,14 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
         return src.suppress(Suppressed.until_time_limit(node["limit_ms"], buffer))
     if op == "table_filter":
         pred = f.predicate(node["fn"])
-        m = _materialized(node) if node.get("store") else None
+        m = _table_materialized(node)
         if node.get("not"):
             return src.filter_not(pred, materialized=m)
         return src.filter(pred, materialized=m)
     if op == "table_map_values":
-        m = _materialized(node) if node.get("store") else None
-        return src.map_values(f.value_mapper(node["fn"], rep), materialized=m)
+        return src.map_values(
+            f.value_mapper(node["fn"], rep), materialized=_table_materialized(node)
+        )
     if op == "table_group_by":
         return src.group_by(
             f.regrouper(node["fn"], rep), key_serde=STRING, value_serde=value_serde(rep)

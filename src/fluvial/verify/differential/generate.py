@@ -134,12 +134,16 @@ def _to_plain_key(g: _Graph, s: str) -> str:
     return g.add("unwindow", [s], "stream", v=g.node(s)["v"])
 
 
-def _group(g: _Graph, s: str) -> str:
+def _group(g: _Graph, s: str, named: bool = False) -> str:
+    """``group_by`` or ``group_by_key``; ``named`` names the grouping (and so its repartition
+    topic): a cogroup of several repartitioned streams needs that in Kafka Streams, which would
+    otherwise give both repartition topics the store's name and reject the topology."""
     rng = g.rng
     v = g.node(s)["v"]
+    name = {"name": f"group{len(g.nodes)}"} if named else {}
     if rng.random() < 0.35:
-        return g.add("group_by", [s], "grouped", v=v, fn=_pick(rng, f.KEY_SELECTORS))
-    return g.add("group_by_key", [s], "grouped", v=v)
+        return g.add("group_by", [s], "grouped", v=v, fn=_pick(rng, f.KEY_SELECTORS), **name)
+    return g.add("group_by_key", [s], "grouped", v=v, **name)
 
 
 def _windows(rng: random.Random) -> dict[str, Any]:
@@ -250,6 +254,13 @@ def _some_table(g: _Graph) -> str:
     return g.add("to_table", [s], "table", v=g.node(s)["v"], store=g.store(0.5), store_kind="kv")
 
 
+def _materialize(g: _Graph, t: str) -> str:
+    node = g.node(t)
+    if node["op"] in ("table_filter", "table_map_values") and not node.get("store"):
+        node["materialize"] = True
+    return t
+
+
 def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one recipe per feature
     rng = g.rng
     if feature == "stateless":
@@ -309,14 +320,16 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
         t = _table_ops(g, t, rng.randint(0, 1))
         g.add("to_stream", [t], "stream", v=g.node(t)["v"])
     elif feature == "foreign_key_join":
-        left, right = _some_table(g), _some_table(g)
+        # Materialized with serdes: Kafka Streams needs both tables' serdes for the join's topics.
+        left, right = _materialize(g, _some_table(g)), _materialize(g, _some_table(g))
         kind = rng.choice(("inner", "left"))
         t = g.add("fk_join", [left, right], "table", v=rng.choice("sl"), kind=kind, fn="jn",
                   fk="fk_v", store=g.store(0.4), store_kind="kv")  # fmt: skip
         g.add("to_stream", [t], "stream", v=g.node(t)["v"])
     elif feature == "global_join":
         s = _stateless(g, g.source("stream"), rng.randint(0, 2))
-        table = g.source("global_table", store=g.store(0.5), store_kind="kv")
+        # Named: Kafka Streams needs a store name for a global table materialized with serdes.
+        table = g.source("global_table", store=f"store{len(g.nodes)}", store_kind="kv")
         kind = rng.choice(("inner", "left"))
         joined = g.add("sg_join", [s, table], "stream", v=rng.choice("sl"), kind=kind, fn="jn",
                        key=_pick(rng, f.GLOBAL_KEYS))  # fmt: skip
@@ -325,7 +338,7 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
         groups = []
         for _ in range(rng.randint(2, 3) if rng.random() < 0.3 else 2):
             s = _stateless(g, g.source("stream"), rng.randint(0, 2))
-            groups.append(_group(g, s))
+            groups.append(_group(g, s, named=True))
         windows = _windows(rng) if rng.random() < 0.5 else None
         fields: dict[str, Any] = {
             "fns": [rng.choice(("agg_sum", "agg_mix")) for _ in groups],

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fluvial import serdes
@@ -107,31 +107,79 @@ def run_fluvial(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def reference_classpath() -> str:
-    from fluvial.verify.differential.reference import build_reference_jar
+class ReferenceProcess:
+    """One JVM serving cases to Kafka Streams' TopologyTestDriver: a case line in, a result
+    line out. Its log (warnings only) goes to a temporary file, never to a pipe it could fill."""
 
-    return str(build_reference_jar())
+    def __init__(self, *, heap_mb: int = 384) -> None:
+        from fluvial.verify.differential.reference import build_reference_jar
 
-
-def run_reference(cases: list[dict[str, Any]], *, heap_mb: int = 384) -> list[dict[str, Any]]:
-    """All cases in one JVM, in Kafka Streams' TopologyTestDriver; results in case order."""
-    jar = reference_classpath()
-    with tempfile.TemporaryDirectory(prefix="fluvial-differential-") as tmp:
-        cases_path, results_path = Path(tmp) / "cases.jsonl", Path(tmp) / "results.jsonl"
-        cases_path.write_text("".join(json.dumps(c) + "\n" for c in cases))
+        jar = build_reference_jar()
+        self._log = tempfile.TemporaryFile(prefix="fluvial-differential-jvm-")  # noqa: SIM115
         cmd = [
             java_executable(), f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-cp", jar, "dev.fluvial.reference.differential.DifferentialMain",
-            str(cases_path), str(results_path),
+            "-cp", str(jar), "dev.fluvial.reference.differential.DifferentialMain", "-", "-",
         ]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        results = [json.loads(line) for line in results_path.read_text().splitlines() if line]
-        if proc.returncode != 0 or len(results) != len(cases):
-            raise RuntimeError(
-                f"the Kafka Streams runner failed after {len(results)} of {len(cases)} cases "
-                f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-            )
-    return results
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True
+        )
+        self._lock = threading.Lock()
+
+    def run(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Results in case order. A writer thread feeds the JVM while this thread reads, so
+        neither pipe fills up."""
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        with self._lock:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the Kafka Streams runner exited: {self._tail()}")
+
+            def write() -> None:
+                assert proc.stdin is not None
+                for case in cases:
+                    proc.stdin.write(json.dumps(case) + "\n")
+                proc.stdin.flush()
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            results = []
+            for _ in cases:
+                line = proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(
+                        f"the Kafka Streams runner stopped after {len(results)} of {len(cases)} "
+                        f"cases: {self._tail()}"
+                    )
+                results.append(json.loads(line))
+            writer.join()
+            return results
+
+    def _tail(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+        self._log.close()
+
+    def __enter__(self) -> ReferenceProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_reference(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cases in a JVM of their own (for one-off use; sessions keep a :class:`ReferenceProcess`)."""
+    with ReferenceProcess() as reference:
+        return reference.run(cases)
 
 
 @dataclass

@@ -110,6 +110,17 @@ final class CaseBuilder {
     return m.withKeySerde(STRING).withValueSerde(valueSerde(rep(node)));
   }
 
+  private static Grouped grouped(JsonNode node) {
+    String name = text(node, "name");
+    Grouped grouped = name != null ? Grouped.as(name) : Grouped.with(null, null);
+    return grouped.withKeySerde(STRING).withValueSerde(valueSerde(rep(node)));
+  }
+
+  /** Whether a derived table gets a store: named, or anonymous with serdes only. */
+  private static boolean materializes(JsonNode node) {
+    return node.hasNonNull("store") || node.path("materialize").asBoolean(false);
+  }
+
   void build(JsonNode caseNode) {
     for (JsonNode node : caseNode.get("nodes")) {
       nodes.put(node.get("id").asText(), node);
@@ -235,12 +246,11 @@ final class CaseBuilder {
       case "to_table":
         return stream.toTable(materialized(node));
       case "group_by_key":
-        return stream.groupByKey(Grouped.with(STRING, valueSerde(rep)));
+        return stream.groupByKey(grouped(node));
       case "group_by":
         {
           Functions.KeyFn fn = Functions.lookup(Functions.KEY_SELECTORS, text(node, "fn"));
-          return stream.groupBy(
-              (k, v) -> fn.apply((String) k, Functions.num(v)), Grouped.with(STRING, valueSerde(rep)));
+          return stream.groupBy((k, v) -> fn.apply((String) k, Functions.num(v)), grouped(node));
         }
       case "windowed_by":
         {
@@ -285,7 +295,7 @@ final class CaseBuilder {
         {
           Functions.Pred p = Functions.lookup(Functions.PREDICATES, text(node, "fn"));
           boolean not = node.path("not").asBoolean(false);
-          if (node.hasNonNull("store")) {
+          if (materializes(node)) {
             return not
                 ? table.filterNot((k, v) -> p.test((String) k, Functions.num(v)), materialized(node))
                 : table.filter((k, v) -> p.test((String) k, Functions.num(v)), materialized(node));
@@ -297,7 +307,7 @@ final class CaseBuilder {
       case "table_map_values":
         {
           Functions.NumFn fn = Functions.lookup(Functions.VALUE_MAPPERS, text(node, "fn"));
-          if (node.hasNonNull("store")) {
+          if (materializes(node)) {
             return table.mapValues(
                 v -> Functions.out(fn.apply(Functions.num(v)), rep), materialized(node));
           }

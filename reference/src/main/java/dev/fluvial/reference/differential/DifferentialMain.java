@@ -7,6 +7,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.BufferedReader;
 import java.io.BufferedWriter;
 import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
 import java.io.PrintWriter;
 import java.io.StringWriter;
 import java.nio.charset.StandardCharsets;
@@ -42,11 +44,14 @@ import org.apache.kafka.streams.test.TestRecord;
  *
  * <pre>
  * java -cp fluvial-reference.jar dev.fluvial.reference.differential.DifferentialMain CASES RESULTS
+ * java -cp fluvial-reference.jar dev.fluvial.reference.differential.DifferentialMain - -
  * </pre>
  *
  * <p>CASES holds one JSON case per line (the format of src/fluvial/verify/differential/); RESULTS
  * gets one JSON result per line, in the same order: every output topic's records (key and value
  * bytes in hex, timestamp, headers) and the final contents of every named store, or the error.
+ * With "-" for both it serves cases from stdin to stdout, one result line per case line, flushed
+ * after each, so one JVM serves a whole session of cases (the shrinker's included).
  */
 public final class DifferentialMain {
   // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX
@@ -63,8 +68,14 @@ public final class DifferentialMain {
       System.exit(2);
     }
     Path stateRoot = Files.createTempDirectory("fluvial-differential-");
-    try (BufferedReader in = Files.newBufferedReader(Path.of(args[0]), StandardCharsets.UTF_8);
-        BufferedWriter out = Files.newBufferedWriter(Path.of(args[1]), StandardCharsets.UTF_8)) {
+    try (BufferedReader in =
+            args[0].equals("-")
+                ? new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))
+                : Files.newBufferedReader(Path.of(args[0]), StandardCharsets.UTF_8);
+        BufferedWriter out =
+            args[1].equals("-")
+                ? new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8))
+                : Files.newBufferedWriter(Path.of(args[1]), StandardCharsets.UTF_8)) {
       String line;
       int n = 0;
       while ((line = in.readLine()) != null) {
@@ -80,6 +91,8 @@ public final class DifferentialMain {
     } finally {
       deleteTree(stateRoot);
     }
+    // Drivers may leave non-daemon threads behind; the results are all written.
+    System.exit(0);
   }
 
   static Properties config(JsonNode testCase, Path stateDir) {
