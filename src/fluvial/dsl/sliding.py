@@ -42,7 +42,8 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             self.context.metrics.increment(DROPPED_RECORDS)
             return
         d = self.windows.size_ms
-        stream_time = self.context.current_stream_time_ms()
+        self._observed = max(self._observed, record.timestamp_ms)
+        stream_time = self._observed
         self.close_time = stream_time - self.windows.grace_ms
         t = record.timestamp_ms
         if t + d < self.close_time:
