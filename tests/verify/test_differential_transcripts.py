@@ -23,6 +23,6 @@ def test_fluvial_matches_kafka_streams_on_minimal_case(path: Path) -> None:
     case, expected = transcript["case"], transcript["kafka_streams"]
     assert expected.get("outputs"), "the recorded Kafka Streams result must show output"
     comparison = compare(expected, run_fluvial(case))
-    assert comparison.same, (
-        f"{transcript['bug']}\n{describe(case)}\n" + "\n".join(comparison.differences)
+    assert comparison.same, f"{transcript['bug']}\n{describe(case)}\n" + "\n".join(
+        comparison.differences
     )

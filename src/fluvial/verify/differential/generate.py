@@ -34,14 +34,22 @@ FEATURES = (
     "cogroup",
 )
 BASE_MS = 1_000_000
+# Parts of the grammar where differences with Kafka Streams are still open (docs/semantics.md,
+# "Differences still open"). ``generate_case(..., settled=True)`` leaves them out, so that a
+# run over the rest must show no difference at all; remove an area here once it is fixed.
+OPEN_AREAS = frozenset(
+    {"sliding", "session", "emit_on_close", "table_filter", "suppress_time_limit",
+     "fk_left_join", "ss_outer_join"}
+)  # fmt: skip
 WINDOW_SIZES = (100, 200, 500)
 
 
 class _Graph:
     """The case's nodes as they are drawn, and which of them still lack a consumer."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, excluded: frozenset[str] = frozenset()) -> None:
         self.rng = rng
+        self.excluded = excluded
         self.nodes: list[dict[str, Any]] = []
         self.by_id: dict[str, dict[str, Any]] = {}
         self.consumed: set[str] = set()
@@ -146,8 +154,10 @@ def _group(g: _Graph, s: str, named: bool = False) -> str:
     return g.add("group_by_key", [s], "grouped", v=v, **name)
 
 
-def _windows(rng: random.Random) -> dict[str, Any]:
-    kind = rng.choice(("tumbling", "hopping", "sliding", "session"))
+def _windows(g: _Graph) -> dict[str, Any]:
+    rng = g.rng
+    kinds = [k for k in ("tumbling", "hopping", "sliding", "session") if k not in g.excluded]
+    kind = rng.choice(kinds)
     grace = rng.choice((0, 50, 200))
     if kind == "tumbling":
         return {"type": kind, "size": rng.choice(WINDOW_SIZES), "grace": grace}
@@ -190,9 +200,10 @@ def _aggregate(g: _Graph, grouped: str, windows: dict[str, Any] | None) -> str:
 
 def _windowed_table(g: _Graph, s: str) -> tuple[str, dict[str, Any]]:
     rng = g.rng
-    windows = _windows(rng)
+    windows = _windows(g)
     grouped = _group(g, s)
     on_close = windows["type"] != "session" and rng.random() < 0.3
+    on_close = on_close and "emit_on_close" not in g.excluded
     windowed = g.add(
         "windowed_by", [grouped], "windowed", v=g.node(grouped)["v"], windows=windows,
         emit_on_close=on_close,
@@ -205,7 +216,7 @@ def _table_ops(g: _Graph, t: str, steps: int) -> str:
     for _ in range(steps):
         v = g.node(t)["v"]
         roll = rng.random()
-        if roll < 0.4:
+        if roll < 0.4 and "table_filter" not in g.excluded:
             t = g.add(
                 "table_filter", [t], "table", v=v, fn=_pick(rng, f.PREDICATES),
                 store=g.store(0.3), store_kind="kv", **{"not": rng.random() < 0.3},
@@ -272,7 +283,7 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
         _stateless(g, g.add("to_stream", [t], "stream", v=g.node(t)["v"]), rng.randint(0, 2))
     elif feature in ("windowed", "suppress"):
         s = _stateless(g, g.source("stream"), rng.randint(0, 3))
-        if feature == "suppress" and rng.random() < 0.3:
+        if feature == "suppress" and rng.random() < 0.3 and "suppress_time_limit" not in g.excluded:
             t = _aggregate(g, _group(g, s), None)
             limit = rng.choice((0, 50, 200))
             max_records = rng.choice((None, None, 1, 3))
@@ -282,7 +293,7 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
             t, windows = _windowed_table(g, s)
             if feature == "suppress":
                 k, v = g.node(t)["k"], g.node(t)["v"]
-                if rng.random() < 0.7:
+                if rng.random() < 0.7 or "suppress_time_limit" in g.excluded:
                     t = g.add("suppress", [t], "table", k=k, v=v, until="window_close")
                 else:
                     t = g.add("suppress", [t], "table", k=k, v=v, until="time_limit",
@@ -299,7 +310,8 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
     elif feature == "stream_stream_join":
         left = _stateless(g, g.source("stream"), rng.randint(0, 2))
         right = _stateless(g, g.source("stream"), rng.randint(0, 2))
-        kind = rng.choice(("inner", "left", "outer"))
+        kinds = ("inner", "left") if "ss_outer_join" in g.excluded else ("inner", "left", "outer")
+        kind = rng.choice(kinds)
         joined = g.add(
             "ss_join", [left, right], "stream", v=rng.choice("sl"), kind=kind, fn="jn",
             diff=rng.choice((50, 100, 300)), grace=rng.choice((0, 50, 100)),
@@ -322,7 +334,7 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
     elif feature == "foreign_key_join":
         # Materialized with serdes: Kafka Streams needs both tables' serdes for the join's topics.
         left, right = _materialize(g, _some_table(g)), _materialize(g, _some_table(g))
-        kind = rng.choice(("inner", "left"))
+        kind = "inner" if "fk_left_join" in g.excluded else rng.choice(("inner", "left"))
         t = g.add("fk_join", [left, right], "table", v=rng.choice("sl"), kind=kind, fn="jn",
                   fk="fk_v", store=g.store(0.4), store_kind="kv")  # fmt: skip
         g.add("to_stream", [t], "stream", v=g.node(t)["v"])
@@ -339,7 +351,7 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
         for _ in range(rng.randint(2, 3) if rng.random() < 0.3 else 2):
             s = _stateless(g, g.source("stream"), rng.randint(0, 2))
             groups.append(_group(g, s, named=True))
-        windows = _windows(rng) if rng.random() < 0.5 else None
+        windows = _windows(g) if rng.random() < 0.5 else None
         fields: dict[str, Any] = {
             "fns": [rng.choice(("agg_sum", "agg_mix")) for _ in groups],
             "init": _pick(rng, f.INITIALIZERS),
@@ -397,11 +409,14 @@ def _inputs(rng: random.Random, topics: dict[str, str], base_ms: int) -> list[li
 
 
 def generate_case(seed: int, index: int, *, feature: str | None = None,
-                  base_ms: int = BASE_MS) -> dict[str, Any]:  # fmt: skip
-    """Case ``index`` of ``seed``: the same arguments always give the same case."""
+                  base_ms: int = BASE_MS, settled: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Case ``index`` of ``seed``: the same arguments always give the same case.
+
+    ``settled`` leaves out the :data:`OPEN_AREAS` of the grammar.
+    """
     rng = random.Random(f"fluvial-differential:{seed}:{index}")
     feature = feature or FEATURES[index % len(FEATURES)]
-    g = _Graph(rng)
+    g = _Graph(rng, OPEN_AREAS if settled else frozenset())
     _feature(g, feature)
     _sinks(g)
     return {

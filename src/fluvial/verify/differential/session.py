@@ -101,12 +101,15 @@ def run_differential(
     batch_size: int = 250,
     shrink_failures: bool = True,
     max_shrunk: int = 10,
+    settled: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> DifferentialReport:
     """Generate ``count`` cases from ``seed``, compare each, shrink the first ``max_shrunk``
-    that differ."""
+    that differ. ``settled`` leaves out the grammar's areas with open differences."""
     with ReferenceProcess() as reference:
-        return _run(reference, count, seed, batch_size, shrink_failures, max_shrunk, progress)
+        return _run(
+            reference, count, seed, batch_size, shrink_failures, max_shrunk, settled, progress
+        )
 
 
 def _run(
@@ -116,12 +119,14 @@ def _run(
     batch_size: int,
     shrink_failures: bool,
     max_shrunk: int,
+    settled: bool,
     progress: Callable[[str], None],
 ) -> DifferentialReport:
     started = time.monotonic()
     report = DifferentialReport(seed)
     for start in range(0, count, batch_size):
-        cases = [generate_case(seed, i) for i in range(start, min(count, start + batch_size))]
+        end = min(count, start + batch_size)
+        cases = [generate_case(seed, i, settled=settled) for i in range(start, end)]
         for case, comparison in zip(cases, compare_cases(reference, cases), strict=True):
             report.cases += 1
             report.records += comparison.records
