@@ -39,7 +39,7 @@ BASE_MS = 1_000_000
 # run over the rest must show no difference at all; remove an area here once it is fixed.
 OPEN_AREAS = frozenset(
     {"sliding", "session", "emit_on_close", "table_filter", "suppress_time_limit",
-     "fk_left_join"}
+     "fk_left_join", "ss_outer_join"}
 )  # fmt: skip
 WINDOW_SIZES = (100, 200, 500)
 
@@ -310,7 +310,8 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
     elif feature == "stream_stream_join":
         left = _stateless(g, g.source("stream"), rng.randint(0, 2))
         right = _stateless(g, g.source("stream"), rng.randint(0, 2))
-        kind = rng.choice(("inner", "left", "outer"))
+        kinds = ("inner", "left") if "ss_outer_join" in g.excluded else ("inner", "left", "outer")
+        kind = rng.choice(kinds)
         joined = g.add(
             "ss_join", [left, right], "stream", v=rng.choice("sl"), kind=kind, fn="jn",
             diff=rng.choice((50, 100, 300)), grace=rng.choice((0, 50, 100)),
