@@ -495,6 +495,14 @@ def verify(
         str | None, typer.Option(help="Use this cluster instead of a private 3-broker one")
     ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the report here")] = None,
+    differential: Annotated[
+        int | None,
+        typer.Option(
+            "--differential",
+            help="Instead of the fault matrix: run N generated topologies on fluvial and on "
+            "Kafka Streams (both test drivers, no broker) and compare every record",
+        ),
+    ] = None,
 ) -> None:
     """Run the exactly-once fault matrix and check the output record by record.
 
@@ -502,8 +510,14 @@ def verify(
     three-broker cluster), so each row of the table counts only its own faults and records.
     The input flows until every fault has been injected and recovered from, so the records
     checked grow with the time the faults take.
+
+    With ``--differential N`` it runs N generated differential cases instead (see
+    docs/semantics.md).
     """
     from rich.table import Table
+
+    if differential is not None:
+        _verify_differential(differential, seed, json_file)
 
     from fluvial.verify.matrix import TABLE_HEADER, report_json, run_matrix
 
@@ -533,6 +547,37 @@ def verify(
         f"seed {seed}, {guarantee}, engine {engine}, commit every {commit_interval_ms} ms, "
         f"input of at least {records} records over {duration_s:g} s per fault kind, "
         f"{report.wall_s:g} s wall -> {report.verdict}",
+        highlight=False,
+    )
+    raise typer.Exit(code=0 if report.verdict == "PASS" else 1)
+
+
+def _verify_differential(count: int, seed: int, json_file: Path | None) -> None:
+    from rich.table import Table
+
+    from fluvial.verify.differential.session import TABLE_HEADER, describe, run_differential
+
+    if count < 1:
+        _fail(FluvialError(f"--differential needs a number of cases of at least 1, got {count}"))
+    try:
+        report = run_differential(
+            count, seed, progress=lambda msg: console.print(f"verify: {msg}", highlight=False)
+        )
+    except FluvialError as error:
+        _fail(error)
+    for failure in report.failures:
+        console.print(f"  difference ({failure.case['id']}): {failure.comparison.differences[0]}")
+        if failure.minimal is not None:
+            console.print(describe(failure.minimal), highlight=False)
+    if json_file is not None:
+        json_file.write_text(json.dumps(report.to_json(), indent=2))
+    table = Table(*TABLE_HEADER)
+    for row in report.table_rows():
+        table.add_row(*row)
+    out.print(table)
+    out.print(
+        f"seed {seed}, {report.cases} cases, {report.records} records compared, "
+        f"{len(report.failures)} differ, {report.wall_s:.0f} s wall -> {report.verdict}",
         highlight=False,
     )
     raise typer.Exit(code=0 if report.verdict == "PASS" else 1)

@@ -48,7 +48,9 @@ def test_session_merge_by_late_record_emits_tombstones_for_replaced_sessions(sto
             (("a", 25), []),  # would merge into [0, 30], which closed at 100 - 20: dropped
             (("b", 95), [("b", 95, 95, 1, 95)]),  # keys have their own sessions
             (("a", 95), [("a", 100, 100, None, 100), ("a", 95, 100, 2, 100)]),
-            (("a", 97), [("a", 95, 100, 3, 100)]),  # inside a session: updated in place
+            # Inside a session: as in Kafka Streams, the session is still replaced (a tombstone,
+            # then the new aggregate under the same bounds).
+            (("a", 97), [("a", 95, 100, None, 100), ("a", 95, 100, 3, 100)]),
         ]
         for (key, ts), expected in transcript:
             inp.pipe_input(key, "x", timestamp_ms=ts)

@@ -45,7 +45,8 @@ def test_sliding_window_transcript_with_out_of_order_and_late_records(store_type
     steps, metrics = run(windows, records, store_type)
     assert steps == [
         [("a", 10, 20, 1)],  # the record's left window [t - 10, t]
-        [("a", 15, 25, 2), ("a", 21, 31, 1)],  # new left window; right window of 20
+        # As in Kafka Streams: the right window of 20 first, then 25's new left window.
+        [("a", 21, 31, 1), ("a", 15, 25, 2)],
         # Out of order: update the windows containing 22, then create its left and right
         # windows from windows holding exactly the same records.
         [("a", 15, 25, 3), ("a", 21, 31, 2), ("a", 12, 22, 2), ("a", 23, 33, 1)],

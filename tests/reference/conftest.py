@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reference.reference_app import build_reference_jar
+from fluvial.verify.differential.reference import build_reference_jar
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,6 @@ the same rule to fluvial's in-process :class:`~fluvial.runtime.Application`.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import subprocess
 import time
 from dataclasses import dataclass
@@ -18,67 +16,17 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial import StreamsConfig
-from fluvial.jvm import _CENTRAL_ONLY_SETTINGS, java_executable, maven_executable
+from fluvial.jvm import java_executable
 from fluvial.runtime import Application
 from fluvial.topology import Topology
 from tests import processes
 from tests.runtime.harness import committed_offset
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
-TARGET = REFERENCE_DIR / "target"
-JAR = TARGET / "fluvial-reference.jar"
 # How long an engine must process nothing, with its input committed, before it counts as done.
 # Repartitioned records become visible one commit (100 ms) later, so 2 s leaves a wide margin.
 IDLE_S = 2.0
 # A first build downloads Kafka Streams and its dependencies from Maven Central.
 BUILD_TIMEOUT_S = 1800
-
-
-class ReferenceBuildError(RuntimeError):
-    pass
-
-
-def _sources_digest() -> str:
-    """A hash of the pom and every source file: the jar is rebuilt only when one changes."""
-    digest = hashlib.sha256()
-    files = [REFERENCE_DIR / "pom.xml", *sorted((REFERENCE_DIR / "src").rglob("*"))]
-    for path in files:
-        if path.is_file():
-            digest.update(str(path.relative_to(REFERENCE_DIR)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def build_reference_jar() -> Path:
-    """``mvn -q -B package`` in ``reference/`` unless the jar is up to date; returns the jar.
-
-    A file lock keeps two test sessions from building at once; the second finds the jar built.
-    """
-    java_executable()  # clear errors if Java or Maven is missing
-    mvn = maven_executable()
-    TARGET.mkdir(exist_ok=True)
-    stamp = TARGET / ".sources-sha256"
-    with open(TARGET / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        digest = _sources_digest()
-        if JAR.exists() and stamp.exists() and stamp.read_text() == digest:
-            return JAR
-        cmd = [mvn, "-q", "-B", "-f", str(REFERENCE_DIR / "pom.xml"), "package"]
-        if not (Path.home() / ".m2" / "settings.xml").exists():
-            # As for fluvial's own jars: resolve from Maven Central only, unless the user has
-            # settings of their own.
-            settings = TARGET / "settings.xml"
-            settings.write_text(_CENTRAL_ONLY_SETTINGS)
-            cmd += ["-s", str(settings)]
-        result = processes.run(cmd, timeout=BUILD_TIMEOUT_S, what="building the reference app")
-        if result.returncode != 0 or not JAR.exists():
-            output = (result.stdout + result.stderr).strip()
-            raise ReferenceBuildError(
-                f"building the Kafka Streams reference app failed ({' '.join(cmd)}); is Maven "
-                f"Central reachable? Last output:\n{output[-3000:]}"
-            )
-        stamp.write_text(digest)
-    return JAR
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""The runtime's transactional layer keeps every store's changelog flowing.
+"""Every persistent store gets its transactional layer where it is built, and keeps its
+changelog flowing.
 
 Each wrapper chain the DSL builds (timestamped views, caches) must still hand every write to
-the changelog once the layer sits under it; and only committed writes may reach RocksDB.
+the changelog with the layer under it; and only committed writes may reach RocksDB. The runtime
+and the test driver build stores with the same function, so both run this stack.
 """
 
 from __future__ import annotations
@@ -10,32 +12,39 @@ from pathlib import Path
 
 import pytest
 
-from fluvial.runtime.state import make_transactional
-from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
-from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
-from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.processor.stores import create_store
+from fluvial.state.caching import ThreadCache
 from fluvial.state.transactional import find_transactional
+from fluvial.topology.nodes import (
+    IN_MEMORY,
+    KEY_VALUE,
+    ROCKSDB,
+    TIMESTAMPED_KEY_VALUE,
+    WINDOW,
+    StoreSpec,
+)
+
+CHAINS = {
+    "kv": StoreSpec(name="s", kind=KEY_VALUE, caching_enabled=False),
+    "timestamped": StoreSpec(name="s", kind=TIMESTAMPED_KEY_VALUE, caching_enabled=False),
+    "cached": StoreSpec(name="s", kind=KEY_VALUE, caching_enabled=True),
+    "cached-timestamped": StoreSpec(name="s", kind=TIMESTAMPED_KEY_VALUE, caching_enabled=True),
+    "window": StoreSpec(
+        name="s", kind=WINDOW, retention_ms=60_000, window_size_ms=1_000, caching_enabled=False
+    ),
+    "cached-window": StoreSpec(
+        name="s", kind=WINDOW, retention_ms=60_000, window_size_ms=1_000, caching_enabled=True
+    ),
+}
 
 
-def chains():  # noqa: ANN201
-    cache = ThreadCache(1 << 20)
-    return {
-        "kv": lambda: RocksDBKeyValueStore("s"),
-        "timestamped": lambda: TimestampedKeyValueStore(RocksDBKeyValueStore("s")),
-        "cached": lambda: CachingKeyValueStore(RocksDBKeyValueStore("s"), cache=cache),
-        "cached-timestamped": lambda: TimestampedKeyValueStore(
-            CachingKeyValueStore(RocksDBKeyValueStore("s"), cache=cache)
-        ),
-        "window": lambda: RocksDBWindowStore("s", 60_000, 1_000),
-        "cached-window": lambda: CachingWindowStore(
-            RocksDBWindowStore("s", 60_000, 1_000), cache=cache
-        ),
-    }
+def build(chain: str):  # noqa: ANN201
+    return create_store(CHAINS[chain], ROCKSDB, ThreadCache(1 << 20))
 
 
-@pytest.mark.parametrize("chain", list(chains()))
+@pytest.mark.parametrize("chain", list(CHAINS))
 def test_writes_reach_the_changelog_and_only_commits_reach_disk(chain: str, tmp_path: Path) -> None:
-    store = make_transactional(chains()[chain]())
+    store = build(chain)
     layer = find_transactional(store)
     assert layer is not None, "a persistent store gets a transactional layer"
     changelog = []
@@ -45,8 +54,6 @@ def test_writes_reach_the_changelog_and_only_commits_reach_disk(chain: str, tmp_
     def write(key: bytes, value: bytes) -> None:
         if "window" in chain:
             store.put(key, value, 0, 5)
-        elif "timestamped" in chain:
-            store.put(key, value, 5)
         else:
             store.put(key, value, 5)
 
@@ -58,7 +65,7 @@ def test_writes_reach_the_changelog_and_only_commits_reach_disk(chain: str, tmp_
     store.flush()
     store.close()  # a crash: nothing uncommitted may survive
 
-    reopened = make_transactional(chains()[chain]())
+    reopened = build(chain)
     reopened.init(tmp_path)
     try:
         if "window" in chain:
@@ -68,3 +75,8 @@ def test_writes_reach_the_changelog_and_only_commits_reach_disk(chain: str, tmp_
         assert reopened.committed_offset == 7
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_in_memory_stores_have_no_transactional_layer(chain: str) -> None:
+    assert find_transactional(create_store(CHAINS[chain], IN_MEMORY, ThreadCache(1 << 20))) is None

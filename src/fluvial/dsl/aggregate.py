@@ -108,15 +108,21 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             enabled=not self.emit_on_close,
         )
         stream_time = context.current_stream_time_ms()
+        self._observed = stream_time
         if stream_time >= 0:
             # Resumed with a known stream time: windows closed by then were already emitted.
             self._emitted_up_to = self._last_closed_start(stream_time)
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None or record.value is None:
+        # A null value is aggregated like any other (a reduce starts over from it); only a
+        # null key has no window to go to. As in Kafka Streams.
+        if record.key is None:
             self.context.metrics.increment(DROPPED_RECORDS)
             return
-        stream_time = self.context.current_stream_time_ms()
+        # Stream time as this operator saw it: records dropped upstream (a filter in the same
+        # task) do not close its windows.
+        self._observed = max(self._observed, record.timestamp_ms)
+        stream_time = self._observed
         if self.emit_on_close:
             # Before writing: the write may expire closed windows from the store.
             self._emit_closed(stream_time)
@@ -145,10 +151,8 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             base = old if found is not None else self.initializer()  # type: ignore[misc]
             new = self.aggregator(record.key, record.value, base)
         new_bytes = self.value_serde.serialize(None, new)
-        assert new_bytes is not None
-        self.store.put(
-            key_bytes, to_timestamped_bytes(new_bytes, timestamp), window.start_ms, timestamp
-        )
+        stored = None if new_bytes is None else to_timestamped_bytes(new_bytes, timestamp)
+        self.store.put(key_bytes, stored, window.start_ms, timestamp)  # None: the window is gone
         self.forwarder.maybe_forward(record.key, window, new, old, timestamp)
 
     def _last_closed_start(self, stream_time: int) -> int:

@@ -105,4 +105,5 @@ class StreamsBuilder:
 
     def build(self) -> Topology:
         """Validate the topology; raises :class:`~fluvial.errors.TopologyError` naming problems."""
+        graph.resolve_null_key_filters(self._itb)
         return self._itb.build()

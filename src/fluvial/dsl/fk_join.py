@@ -174,17 +174,19 @@ class SubscriptionReceiver(Processor[Any, Any]):
         fk_bytes: bytes = record.key
         instruction, digest, pk = parse_subscription(record.value)
         store_key = subscription_prefix(fk_bytes) + pk
+        row = self.right.get(self.fk_serde.deserialize(None, fk_bytes))
+        # A response is as recent as the newer of the left row and the right row it carries.
+        timestamp = record.timestamp_ms if row is None else max(record.timestamp_ms, row[1])
         if instruction in (DELETE_AND_PROPAGATE, DELETE_NO_PROPAGATE):
             self.store.put(store_key, None, record.timestamp_ms)
             if instruction == DELETE_AND_PROPAGATE:
-                self.context.forward(Record(pk, response_bytes(None, None), record.timestamp_ms))
+                self.context.forward(Record(pk, response_bytes(None, None), timestamp))
             return
         self.store.put(store_key, _pack_hash(digest), record.timestamp_ms)
-        row = self.right.get(self.fk_serde.deserialize(None, fk_bytes))
         if row is None and instruction == PROPAGATE_ONLY_IF_FK:
             return
         value = None if row is None else self.right_value_serde.serialize(None, row[0])
-        self.context.forward(Record(pk, response_bytes(digest, value), record.timestamp_ms))
+        self.context.forward(Record(pk, response_bytes(digest, value), timestamp))
 
 
 class RightChangeNotifier(Processor[Any, Any]):

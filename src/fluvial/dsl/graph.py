@@ -6,12 +6,15 @@ from typing import Any
 
 from fluvial import serdes
 from fluvial.dsl.options import Materialized
-from fluvial.dsl.stateless import NullKeyFilterProcessor, PassThroughProcessor
+from fluvial.dsl.stateless import PassThroughProcessor
+from fluvial.processor.api import Processor
+from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.topology.builder import InternalTopologyBuilder
 from fluvial.topology.nodes import (
     TIMESTAMPED_KEY_VALUE,
     VERSIONED_KEY_VALUE,
+    SinkNode,
     SourceNode,
     StoreSpec,
 )
@@ -95,7 +98,8 @@ def add_repartition(
     """Null-key filter → sink → ``<prefix>-repartition`` → source; return the source's name.
 
     Records are re-keyed upstream; writing them through a topic partitioned by the new key is
-    what puts all records of a key into the same task.
+    what puts all records of a key into the same task. Null keys are dropped, unless a left or
+    outer join downstream still emits them (see :func:`resolve_null_key_filters`).
     """
     topic = f"{topic_prefix}-repartition"
     if user_named:
@@ -106,7 +110,9 @@ def add_repartition(
         source = itb.new_processor_name(SOURCE)
     k, v = internal_serde(key_serde), internal_serde(value_serde)
     itb.add_repartition_topic(topic, num_partitions)
-    itb.add_processor(filter_, NullKeyFilterProcessor, [parent])
+    policy = NullKeyPolicy()
+    itb.repartition_filters[filter_] = policy
+    itb.add_processor(filter_, lambda: RepartitionFilterProcessor(policy), [parent])
     itb.add_sink(sink, topic, [filter_], k, v)
     itb.add_source(source, [topic], k, v)
     return source
@@ -115,3 +121,49 @@ def add_repartition(
 def pass_through() -> PassThroughProcessor:
     """Supplier of merge nodes: where two processors' outputs continue as one stream."""
     return PassThroughProcessor()
+
+
+class NullKeyPolicy:
+    """Whether one repartition filter lets null keys through; settled when the DSL builds."""
+
+    keep_null_keys = False
+
+
+class RepartitionFilterProcessor(Processor[Any, Any]):
+    """Before a repartition topic: drops null keys, which have no partition by key, unless a
+    join downstream emits records with null keys (those go to a partition the producer picks)."""
+
+    def __init__(self, policy: NullKeyPolicy) -> None:
+        self.policy = policy
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is not None or self.policy.keep_null_keys:
+            self.context.forward(record)
+
+
+def null_key_join(itb: InternalTopologyBuilder, node: str) -> None:
+    """Mark ``node`` as a join that emits records with null keys: a left/outer stream-stream
+    join, or a left stream-table or stream-GlobalKTable join (as in Kafka Streams 3.7+)."""
+    itb.null_key_joins.add(node)
+
+
+def resolve_null_key_filters(itb: InternalTopologyBuilder) -> None:
+    """A repartition keeps null keys exactly when such a join lies downstream of it, through
+    any path and any further repartition topics, as Kafka Streams decides it."""
+    readers: dict[str, list[str]] = {}
+    for node in itb.nodes.values():
+        if isinstance(node, SourceNode):
+            for topic in node.topics:
+                readers.setdefault(topic, []).append(node.name)
+    for name, policy in itb.repartition_filters.items():
+        seen, stack = set(), [name]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            node = itb.nodes[current]
+            stack.extend(node.children)
+            if isinstance(node, SinkNode):
+                stack.extend(readers.get(node.topic, []))
+        policy.keep_null_keys = bool(seen & itb.null_key_joins)

@@ -50,6 +50,8 @@ def stream_table(
         [parent],
         getter.stores,
     )
+    if left:
+        graph.null_key_join(itb, name)
     graph.copartition(itb, parent, table.node)
     return KStream(stream._builder, name, stream.key_serde, None, False)
 
@@ -77,6 +79,8 @@ def stream_global(
         [stream.node],
         getter.stores,
     )
+    if left:
+        graph.null_key_join(itb, name)
     return KStream(stream._builder, name, stream.key_serde, None, stream.repartition_required)
 
 
@@ -162,6 +166,8 @@ def stream_stream(
             )
         )  # fmt: skip
     itb.add_processor(merge_name, graph.pass_through, [this_name, other_name])
+    if kind != INNER:
+        graph.null_key_join(itb, merge_name)
     graph.copartition(itb, left_parent, right_parent)
     return KStream(left._builder, merge_name, left.key_serde, None, False)
 

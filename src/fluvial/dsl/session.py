@@ -60,13 +60,28 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
     def init(self, context: Any) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
+        self._observed = context.current_stream_time_ms()
+
+    def _merge(self, key: Any, aggregate: Any, session_value: Any) -> Any:
+        if self.initializer is None and aggregate is None:
+            return session_value  # reduce: the first session's aggregate is the start
+        return self.merger(key, aggregate, session_value)
+
+    def _add(self, key: Any, value: Any, aggregate: Any) -> Any:
+        if self.initializer is None and aggregate is None:
+            return value  # reduce: the first value is the aggregate
+        return self.aggregator(key, value, aggregate)
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None or record.value is None:
+        # As in Kafka Streams: null values are aggregated, only null keys are dropped; a
+        # session stays open for late records until its end is more than gap + grace behind
+        # the stream time this operator has seen.
+        if record.key is None:
             self.context.metrics.increment(DROPPED_RECORDS)
             return
         t, gap = record.timestamp_ms, self.windows.inactivity_gap_ms
-        close_time = self.context.current_stream_time_ms() - self.windows.grace_ms
+        self._observed = max(self._observed, t)
+        close_time = self._observed - self.windows.grace_ms - gap
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
         overlapping = list(self.store.find_sessions(key_bytes, t - gap, t + gap))
@@ -77,25 +92,21 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
             self.context.metrics.increment(DROPPED_RECORDS)
             return
         aggregate = None if self.initializer is None else self.initializer()
-        have_aggregate = self.initializer is not None
-        old = None
+        values = []
         for session in overlapping:
             value = self.value_serde.deserialize(None, session.value)
-            aggregate = self.merger(record.key, aggregate, value) if have_aggregate else value
-            have_aggregate = True
-            if (session.start_ms, session.end_ms) == (start, end):
-                old = value  # the record fell inside this session: it is updated, not replaced
-                continue
-            self.store.remove(key_bytes, session.start_ms, session.end_ms)
-            replaced = Windowed(record.key, Window(session.start_ms, session.end_ms))
-            emit(self.context, replaced, Change(None, value), session.end_ms)
-        if have_aggregate:
-            aggregate = self.aggregator(record.key, record.value, aggregate)
-        else:
-            aggregate = record.value  # reduce: the first value is the aggregate
+            values.append(value)
+            aggregate = self._merge(record.key, aggregate, value)
+        if (start, end) != (t, t):
+            # Every merged session is replaced, even one whose bounds the result keeps.
+            for session, value in zip(overlapping, values, strict=True):
+                self.store.remove(key_bytes, session.start_ms, session.end_ms)
+                replaced = Windowed(record.key, Window(session.start_ms, session.end_ms))
+                emit(self.context, replaced, Change(None, value), session.end_ms)
+        aggregate = self._add(record.key, record.value, aggregate)
         self.store.put(key_bytes, start, end, self.value_serde.serialize(None, aggregate), end)
         merged = Windowed(record.key, Window(start, end))
-        emit(self.context, merged, Change(aggregate, old), end)
+        emit(self.context, merged, Change(aggregate, None), end)
 
 
 class SessionWindowedKStream:

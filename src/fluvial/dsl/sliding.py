@@ -42,7 +42,8 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             self.context.metrics.increment(DROPPED_RECORDS)
             return
         d = self.windows.size_ms
-        stream_time = self.context.current_stream_time_ms()
+        self._observed = max(self._observed, record.timestamp_ms)
+        stream_time = self._observed
         self.close_time = stream_time - self.windows.grace_ms
         t = record.timestamp_ms
         if t + d < self.close_time:
@@ -80,13 +81,15 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             elif start == t + 1:
                 right_exists = True
         previous = None if before_left is None else before_left[1]
+        # Kafka Streams' order of new windows (and so of their revisions): the previous
+        # record's right window, this record's left window, then its right window.
+        if previous is not None and previous >= t - d and previous + 1 not in starts:
+            self._add(previous + 1, None)  # the previous record's right window: only t so far
         if not left_exists:
             has_records = previous is not None and previous >= t - d
             self._add(t - d, before_left if has_records else None)
         if not right_exists and containing is not None and containing[1] > t:
             self._copy(t + 1, containing)
-        if previous is not None and previous >= t - d and previous + 1 not in starts:
-            self._add(previous + 1, None)  # the previous record's right window: only t so far
 
     def _process_early(self, t: int, d: int) -> None:
         """Records up to ``d`` all share ``[0, d]``; their right windows work as usual."""

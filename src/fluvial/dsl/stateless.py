@@ -107,14 +107,6 @@ class PassThroughProcessor(Processor[Any, Any]):
         self.context.forward(record)
 
 
-class NullKeyFilterProcessor(Processor[Any, Any]):
-    """Drops null keys before a repartition topic: they have no partition to go to."""
-
-    def process(self, record: Record[Any, Any]) -> None:
-        if record.key is not None:
-            self.context.forward(record)
-
-
 class BranchProcessor(Processor[Any, Any]):
     """Sends each record to the first branch whose predicate holds, else to the default branch."""
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from fluvial.config import to_millis
+from fluvial.errors import StreamsError
 from fluvial.serdes import Serde
 from fluvial.state.base import KeyValueStore, StateStore, WindowStore
 from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
@@ -19,6 +20,11 @@ from fluvial.state.rocksdb_session import RocksDBSessionStore
 from fluvial.state.rocksdb_versioned import RocksDBVersionedKeyValueStore
 from fluvial.state.session import InMemorySessionStore, SessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.transactional import (
+    TransactionalKeyValueStore,
+    TransactionalVersionedKeyValueStore,
+)
+from fluvial.state.transactional_windowed import TransactionalSessionStore, TransactionalWindowStore
 from fluvial.state.typed import (
     TypedKeyValueStore,
     TypedSessionStore,
@@ -40,18 +46,53 @@ from fluvial.topology.nodes import (
 )
 
 
-def create_store(spec: StoreSpec, default_store_type: str, cache: ThreadCache | None) -> StateStore:
-    """A fresh, unopened store for one task, wrapped in a cache when the spec asks for one.
+def _transactional_layer(store: StateStore) -> StateStore:
+    """A persistent bytes store under a transactional layer (see
+    :mod:`fluvial.state.transactional`): its writes reach disk only once committed. In-memory
+    stores are returned as they are: a crash loses them whole, so nothing uncommitted survives.
+    """
+    if not store.persistent:
+        return store
+    # Versioned before key-value: a versioned store may also satisfy the key-value contract.
+    if isinstance(store, VersionedKeyValueStore):
+        return TransactionalVersionedKeyValueStore(store)
+    if isinstance(store, WindowStore):
+        return TransactionalWindowStore(store)
+    if isinstance(store, SessionStore):
+        return TransactionalSessionStore(store)
+    if isinstance(store, KeyValueStore):
+        return TransactionalKeyValueStore(store)
+    raise StreamsError(
+        f"store {store.name!r} of type {type(store).__name__} has no transactional layer"
+    )
+
+
+def create_store(
+    spec: StoreSpec,
+    default_store_type: str,
+    cache: ThreadCache | None,
+    *,
+    transactional: bool = True,
+) -> StateStore:
+    """A fresh, unopened store for one task, built bottom up: the bytes store, its
+    transactional layer when persistent, a record cache when the spec asks for one, and a
+    timestamped view for timestamped key-value stores. The runtime and the test driver both
+    build every store here, so both run the same stack.
 
     All caches of a task share ``cache``'s byte budget; ``None`` (or a zero budget) turns
-    caching off.
+    caching off. ``transactional=False`` leaves out the transactional layer (GlobalKTable
+    stores: rebuilt from their topic, never committed).
     """
+
+    def transactional_layer(store: StateStore) -> StateStore:
+        return _transactional_layer(store) if transactional else store
+
     store_type = spec.store_type or default_store_type
     if store_type not in STORE_TYPES:
         raise ValueError(f"unknown store type {store_type!r}: use one of {', '.join(STORE_TYPES)}")
     cached = spec.caching_enabled and cache is not None and cache.max_bytes > 0
     if spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
-        kv: KeyValueStore = (
+        kv: Any = transactional_layer(
             RocksDBKeyValueStore(spec.name)
             if store_type == ROCKSDB
             else InMemoryKeyValueStore(spec.name)
@@ -62,23 +103,25 @@ def create_store(spec: StoreSpec, default_store_type: str, cache: ThreadCache | 
     if spec.kind == WINDOW:
         assert spec.retention_ms is not None and spec.window_size_ms is not None
         window_cls = RocksDBWindowStore if store_type == ROCKSDB else InMemoryWindowStore
-        ws: WindowStore = window_cls(
-            spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates
+        ws: Any = transactional_layer(
+            window_cls(spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates)
         )
         if cached and not spec.retain_duplicates:
             ws = CachingWindowStore(ws, cache=cache)
-        return ws
+        return ws  # type: ignore[no-any-return]
     if spec.kind == SESSION:
         # No session cache yet: every session update is written (and forwarded) at once.
         assert spec.retention_ms is not None
         if store_type == ROCKSDB:
-            return RocksDBSessionStore(spec.name, spec.retention_ms)
+            return transactional_layer(RocksDBSessionStore(spec.name, spec.retention_ms))
         return InMemorySessionStore(spec.name, spec.retention_ms)
     if spec.kind == VERSIONED_KEY_VALUE:
         # Versioned stores are never cached: an as-of read must see every version.
         assert spec.history_retention_ms is not None
         if store_type == ROCKSDB:
-            return RocksDBVersionedKeyValueStore(spec.name, spec.history_retention_ms)
+            return transactional_layer(
+                RocksDBVersionedKeyValueStore(spec.name, spec.history_retention_ms)
+            )
         return InMemoryVersionedKeyValueStore(spec.name, spec.history_retention_ms)
     raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
 

@@ -69,7 +69,10 @@ class StreamTask:
         input_partitions: Iterable[TopicPartition] | None = None,
         global_stores: dict[str, StateStore] | None = None,
         wall_clock_ms: int | None = None,
+        transactional: bool = True,
     ) -> None:
+        """``transactional=False`` leaves persistent stores without their transactional layer:
+        for GlobalKTable stores, which are rebuilt from their topics and never committed."""
         self.task_id = TaskId(*task_id)
         self.subtopology = subtopology
         self.config = config
@@ -105,7 +108,9 @@ class StreamTask:
         self._specs = {spec.name: spec for spec in subtopology.stores}
         self._changelogs = subtopology.changelog_topics()
         self.stores: dict[str, StateStore] = {
-            spec.name: create_store(spec, self.default_store_type, self.cache)
+            spec.name: create_store(
+                spec, self.default_store_type, self.cache, transactional=transactional
+            )
             for spec in subtopology.stores
         }
         # GlobalKTable stores: owned and updated by the global task, read here.

@@ -42,7 +42,8 @@ class GlobalTables:
             partitions += [(topic, p) for p in sorted(info.partitions)]
         # In memory: the copy is rebuilt from the topic at every start anyway.
         self.task = StreamTask((-1, 0), sub, config, None, NoOutputCollector("global table processor"),
-                               default_store_type=IN_MEMORY, input_partitions=partitions)  # fmt: skip
+                               default_store_type=IN_MEMORY, input_partitions=partitions,
+                               transactional=False)  # fmt: skip
         self._partitions = partitions
 
     @property

@@ -5,7 +5,8 @@ Local stores are a cache of their changelogs. Each records the changelog offset 
 
 Writes made after the last commit must never survive a crash: under exactly-once they would
 double-count, and under at-least-once they would put the store ahead of the input offsets it is
-replayed from. Persistent stores therefore get a transactional layer under their caches: writes stay in a bounded
+replayed from. Persistent stores therefore have a transactional layer under their caches (built
+with the store, in :func:`fluvial.processor.stores.create_store`): writes stay in a bounded
 in-memory buffer (their changelog records already go into the open Kafka transaction) and reach
 RocksDB, in one batch together with the changelog offset, only once that transaction committed.
 After a crash the store on disk is exactly the last commit, and recovery replays only the
@@ -16,59 +17,11 @@ from __future__ import annotations
 
 import fcntl
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from fluvial.errors import StreamsError
 from fluvial.processor.task import StreamTask
-from fluvial.state.base import KeyValueStore, StateStore, WindowStore
-from fluvial.state.session import SessionStore
-from fluvial.state.transactional import (
-    TransactionalKeyValueStore,
-    TransactionalStore,
-    TransactionalVersionedKeyValueStore,
-    find_transactional,
-)
-from fluvial.state.transactional_windowed import TransactionalSessionStore, TransactionalWindowStore
-from fluvial.state.versioned import VersionedKeyValueStore
-
-
-def _transactional(store: StateStore) -> StateStore:
-    # Versioned before key-value: a versioned store may also satisfy the key-value contract.
-    if isinstance(store, VersionedKeyValueStore):
-        return TransactionalVersionedKeyValueStore(store)
-    if isinstance(store, WindowStore):
-        return TransactionalWindowStore(store)
-    if isinstance(store, SessionStore):
-        return TransactionalSessionStore(store)
-    if isinstance(store, KeyValueStore):
-        return TransactionalKeyValueStore(store)
-    raise StreamsError(
-        f"store {store.name!r} of type {type(store).__name__} has no transactional layer"
-    )
-
-
-def make_transactional(store: StateStore) -> StateStore:
-    """Put a transactional layer right above the bottom (bytes) store of a wrapper chain.
-
-    Caches and timestamped views sit above it, so a cache flush writes into the buffer.
-    """
-    parent: Any = None
-    node: Any = store
-    while "inner" in node.__dict__:
-        parent, node = node, node.inner
-    if isinstance(node, TransactionalStore) or not node.persistent:
-        return store
-    layer = _transactional(node)
-    # Wrappers may already listen to the bottom store's writes (a timestamped view does, from
-    # its constructor). Writes now happen in the layer, so its listener must be theirs.
-    listener = node.__dict__.get("_listener")
-    if listener is not None:
-        layer.set_change_listener(listener)
-        node.set_change_listener(None)
-    if parent is None:
-        return layer
-    parent.inner = layer
-    return store
+from fluvial.state.transactional import find_transactional
 
 
 class TaskState:
@@ -76,8 +29,7 @@ class TaskState:
         self.task = task
         self.task_dir = task_dir
         self._lock: IO[str] | None = None
-        for name, store in list(task.stores.items()):
-            task.stores[name] = make_transactional(store)
+        # Persistent stores arrive with their transactional layer: processor.stores builds it.
 
     def open(self) -> None:
         self.task_dir.mkdir(parents=True, exist_ok=True)

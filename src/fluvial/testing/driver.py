@@ -1,7 +1,8 @@
 """``TopologyTestDriver``: runs a topology synchronously, with no broker and a mocked wall clock.
 
 It drives the same :class:`~fluvial.processor.StreamTask` the Kafka runtime drives, one task per
-sub-topology (partition 0). Records written to repartition topics (or to any topic the topology
+sub-topology (partition 0), over the same store stack (RocksDB stores under their transactional
+layer, whose buffered writes each commit applies, as the runtime does once Kafka committed). Records written to repartition topics (or to any topic the topology
 reads) are fed straight back into the task reading them, after the record that caused them.
 
 By default the driver commits after every input record, flushing record caches as Kafka Streams'
@@ -25,6 +26,7 @@ from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.state.base import StateStore, WindowStore
 from fluvial.state.session import SessionStore
+from fluvial.state.transactional import find_transactional
 from fluvial.state.typed import (
     ReadOnlyKeyValueStore,
     TypedSessionStore,
@@ -80,6 +82,7 @@ class TopologyTestDriver:
             global_task = StreamTask(
                 (-1, 0), global_sub, self.config, state_dir, self,
                 default_store_type=store_type, wall_clock_ms=initial_wall_clock_ms,
+                transactional=False,  # as in the runtime: rebuilt from its topic, never committed
             )  # fmt: skip
             self.tasks.append(global_task)
             for topic in global_sub.source_topics:
@@ -203,7 +206,22 @@ class TopologyTestDriver:
                 task.flush()
                 self._run_until_idle()
             if self._sent == sent_before:
-                return
+                break
+        self._commit_stores()
+
+    def _commit_stores(self) -> None:
+        """What the runtime does once a commit's Kafka transaction succeeded: persistent stores
+        apply their buffered writes together with the changelog offset they reach."""
+        for task in self.tasks:
+            changelogs = task.subtopology.changelog_topics()
+            for name, store in task.stores.items():
+                layer = find_transactional(store)
+                if layer is None:
+                    continue
+                topic = changelogs.get(name)
+                offset = self._offsets.get(topic) if topic is not None else None
+                layer.commit(offset if offset is not None else store.committed_offset)
+                store.flush()
 
     # -- stores -----------------------------------------------------------------------------
     def _find_store(self, name: str) -> tuple[StoreSpec, StateStore, str | None]:

@@ -37,6 +37,10 @@ class InternalTopologyBuilder:
         # GlobalKTables: their nodes run outside every task, their stores are shared by all.
         self.global_nodes: set[str] = set()
         self.global_stores: set[str] = set()
+        # The DSL's repartition filters and the joins that relax their null-key rule (see
+        # fluvial.dsl.graph.resolve_null_key_filters), settled when the DSL builds.
+        self.repartition_filters: dict[str, Any] = {}
+        self.null_key_joins: set[str] = set()
         self._problems: list[str] = []
 
     # -- names ------------------------------------------------------------------------------
