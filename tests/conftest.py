@@ -79,6 +79,10 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
     """The session's single-broker local Kafka, on a free port, stopped at the end."""
     data_dir = tmp_path_factory.mktemp("kafka")
     with LocalKafka(data_dir, port=free_port(), heap=TEST_BROKER_HEAP) as cluster:
+        for node_id in cluster.node_ids():  # stopped by the cluster; the safety net if not
+            pid = cluster.pid(node_id)
+            if pid is not None:
+                processes.adopt(pid, f"the session's Kafka broker {node_id}")
         yield cluster
 
 
