@@ -86,6 +86,10 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
         heap=TEST_BROKER_HEAP,
         broker_config={"log.retention.check.interval.ms": 5000},
     ) as cluster:
+        for node_id in cluster.node_ids():  # stopped by the cluster; the safety net if not
+            pid = cluster.pid(node_id)
+            if pid is not None:
+                processes.adopt(pid, f"the session's Kafka broker {node_id}")
         yield cluster
 
 

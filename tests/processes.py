@@ -30,6 +30,7 @@ from pathlib import Path
 
 GRACE_S = 10.0  # SIGTERM to SIGKILL
 KILL_WAIT_S = 30.0  # SIGKILL to gone
+SETTLE_S = 5.0  # what is left of a tree whose process exited may end by itself meanwhile
 
 # The kernel sends the child SIGKILL when the thread that forked it exits; only used from the
 # main thread, where that means the test process.
@@ -115,11 +116,21 @@ def run(cmd: Sequence[str | os.PathLike[str]], *, timeout: float, what: str | No
 
 def stop(process: subprocess.Popen | Tracked, grace_s: float = GRACE_S) -> bool:
     """Stop a process, its group and its descendants; True if any of them was still running."""
-    tracked = process if isinstance(process, Tracked) else _tracked_for(process)
+    return bool(_stop(process if isinstance(process, Tracked) else _tracked_for(process), grace_s))
+
+
+def _stop(tracked: Tracked, grace_s: float, settle_s: float = 0.0) -> list[str]:
+    """Stop the tracked tree; describe the processes of it that were running (none: [])."""
+    _reap(tracked)
     members = _members(tracked)
+    if members and settle_s and tracked.pid not in {pid for pid, _start in members}:
+        # The process itself has exited and what is left of its group is on its way out (a
+        # Spark JVM ends within a second of its driver): not left running unless it stays.
+        _wait_gone(tracked, members, settle_s)
+        members = _alive(members) | _members(tracked)
     if not members:
-        _reap(tracked)
-        return False
+        return []
+    running = [f"{pid} {_command(pid)}" for pid, _start in sorted(members)]
     _signal(members, signal.SIGTERM)
     _signal(members, signal.SIGCONT)
     if not _wait_gone(tracked, members, grace_s):
@@ -129,7 +140,7 @@ def stop(process: subprocess.Popen | Tracked, grace_s: float = GRACE_S) -> bool:
             left = ", ".join(str(pid) for pid, _start in sorted(_alive(members)))
             raise RuntimeError(f"{tracked.describe()}: processes {left} survived SIGKILL")
     _reap(tracked)
-    return True
+    return running
 
 
 def stop_all(owner: str | None = None, *, everything: bool = False) -> list[str]:
@@ -142,10 +153,12 @@ def stop_all(owner: str | None = None, *, everything: bool = False) -> list[str]
     stopped = []
     for tracked in mine:
         try:
-            if stop(tracked):
-                stopped.append(tracked.describe())
+            running = _stop(tracked, GRACE_S, settle_s=SETTLE_S)
         except RuntimeError as error:
             stopped.append(str(error))
+            continue
+        if running:
+            stopped.append(f"{tracked.describe()}: {'; '.join(running)}")
     return stopped
 
 
@@ -160,6 +173,14 @@ def _stat(pid: int | str) -> tuple[int, int, str, str] | None:
         return None
     fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces
     return int(fields[1]), int(fields[2]), fields[0], fields[19]
+
+
+def _command(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    return _short([a.decode(errors="replace") for a in argv if a])
 
 
 def _start_time(pid: int) -> str | None:

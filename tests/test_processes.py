@@ -66,15 +66,26 @@ def test_stop_all_stops_what_a_test_left_running_and_names_it() -> None:
     try:
         left = processes.spawn(["sleep", "300"], what="left running")
         done = processes.spawn(["true"], what="finished by itself")
+        # Leaders that exited at once: one leaves a child that ends a moment later by itself
+        # (as a Spark JVM after its driver), the other a child that would run on.
+        ending = processes.spawn(["sh", "-c", "sleep 1 &"], what="leaves a short child")
+        orphan = processes.spawn(["sh", "-c", "sleep 302 &"], what="leaves an orphan")
         processes.set_owner("test-b")
         other = processes.spawn(["sleep", "300"], what="another test's")
     finally:
         processes.set_owner(None)
-    done.wait(30)
-    assert processes.stop_all("test-a") == [f"left running (pid {left.pid})"]
+    for proc in (done, ending, orphan):
+        proc.wait(30)
+    stopped = processes.stop_all("test-a")
+    assert len(stopped) == 2, stopped
+    assert stopped[0] == f"left running (pid {left.pid}): {left.pid} sleep 300"
+    assert stopped[1].startswith(f"leaves an orphan (pid {orphan.pid}): ")
+    assert stopped[1].endswith(" sleep 302")
     assert left.poll() == -signal.SIGTERM
     assert other.poll() is None, "only the finished test's processes are stopped"
-    assert processes.stop_all("test-b") == [f"another test's (pid {other.pid})"]
+    assert processes.stop_all("test-b") == [
+        f"another test's (pid {other.pid}): {other.pid} sleep 300"
+    ]
 
 
 def test_run_stops_the_process_on_timeout_and_returns_output_otherwise() -> None:

@@ -189,15 +189,24 @@ def test_transaction_longer_than_its_timeout_is_aborted_with_a_clear_error(
     short._ensure_marker_topic(1)
     rows = [f"t{i % 4}-{i}" for i in range(30)]
 
-    def slowly():  # noqa: ANN202 - a writer stalled for about 4.5 s inside its transaction
-        for row in rows:
-            time.sleep(0.15)
+    def stalled():  # noqa: ANN202 - a writer that stalls inside its transaction, past its timeout
+        for i, row in enumerate(rows):
+            if i == 10:
+                # The broker aborts the overdue transaction by itself: an abort marker follows
+                # the first ten records in the log. Only then does the writer go on.
+                wait_until(lambda: high_watermark(bootstrap_servers, out) > 10, 120,
+                           "the broker to abort the overdue transaction", interval_s=0.1)  # fmt: skip
             yield row.split("-")[0].encode(), row.encode(), out, None, None, None
 
     with pytest.raises(SinkError, match="past transaction_timeout_ms=1500"):
-        list(_write_partition(short._spec, 0, 1, 0, slowly(), len(rows)))
+        list(_write_partition(short._spec, 0, 1, 0, stalled(), len(rows)))
     assert values(bootstrap_servers, out) == []
     assert short.markers() == {}
+
+    def slowly():  # noqa: ANN202 - about 4.5 s, well within the default timeout
+        for row in rows:
+            time.sleep(0.15)
+            yield row.split("-")[0].encode(), row.encode(), out, None, None, None
 
     patient = KafkaSink(out, bootstrap_servers=bootstrap_servers, sink_id=sink_id)
     assert list(_write_partition(patient._spec, 0, 1, 0, slowly(), len(rows))) == [(0, False, 30)]

@@ -4,20 +4,25 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -35,9 +40,10 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
  * <p>The settings are those the differential tests give fluvial: exactly-once v2, the record cache
  * off (so every update is a revision on the output topic) and a short commit interval.
  *
- * <p>The app stops by itself once its consumer group has committed the input topic's end offsets
- * and no record has been processed for {@code -Dreference.idle.ms} (default 2000): by then the
- * repartition topics, whose records only become visible after a commit, are drained too. It then
+ * <p>The app stops by itself once it has consumed everything: in every partition of its input
+ * and of its repartition topics, no committed record lies at or past the offset its consumer
+ * group committed, and that holds twice in a row with the same offsets (a repartition topic is
+ * looked at before the input it is fed from may have been, so one look could be stale). It then
  * closes cleanly (a final commit) and exits 0. SIGTERM closes it the same way early; a failure
  * of the Streams client exits 1.
  */
@@ -66,7 +72,6 @@ public final class ReferenceApp {
     String input = args[2];
     String output = args[3];
     String applicationId = args[4];
-    long idleMs = Long.getLong("reference.idle.ms", 2_000);
 
     StreamsBuilder builder = new StreamsBuilder();
     Topologies.ALL.get(name).build(builder, input, output);
@@ -93,8 +98,9 @@ public final class ReferenceApp {
 
     streams.start();
     boolean ok;
-    try (Admin admin = Admin.create(adminConfig(bootstrap))) {
-      ok = runUntilIdle(streams, admin, applicationId, input, idleMs, failed, stopRequested);
+    try (Admin admin = Admin.create(adminConfig(bootstrap));
+        KafkaConsumer<byte[], byte[]> reader = new KafkaConsumer<>(readerConfig(bootstrap))) {
+      ok = runUntilDone(streams, admin, reader, applicationId, input, failed, stopRequested);
     }
     if (stopRequested.getCount() == 0) {
       return; // SIGTERM: the shutdown hook closes the client.
@@ -129,72 +135,100 @@ public final class ReferenceApp {
     return props;
   }
 
-  /** Waits until the input is committed and processing has been idle; false on failure. */
-  private static boolean runUntilIdle(
+  private static Properties readerConfig(String bootstrap) {
+    Properties props = new Properties();
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+    props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+    props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+    return props;
+  }
+
+  /** Waits until the app has consumed everything (see the class comment); false on failure. */
+  private static boolean runUntilDone(
       KafkaStreams streams,
       Admin admin,
+      KafkaConsumer<byte[], byte[]> reader,
       String applicationId,
       String input,
-      long idleMs,
       CountDownLatch failed,
       CountDownLatch stopRequested)
       throws InterruptedException {
-    double lastProcessed = -1;
-    long quietSince = System.nanoTime();
+    Map<TopicPartition, Long> previous = null;
     while (stopRequested.getCount() > 0) {
       if (failed.await(POLL_MS, TimeUnit.MILLISECONDS)
           || streams.state() == KafkaStreams.State.ERROR) {
         System.err.println("reference app failed: Kafka Streams is in state " + streams.state());
         return false;
       }
-      double processed = processedRecords(streams);
-      boolean committed = inputCommitted(admin, applicationId, input);
-      if (processed != lastProcessed || !committed) {
-        lastProcessed = processed;
-        quietSince = System.nanoTime();
-      } else if (System.nanoTime() - quietSince >= TimeUnit.MILLISECONDS.toNanos(idleMs)) {
+      Map<TopicPartition, Long> consumed = consumedEverything(admin, reader, applicationId, input);
+      if (consumed != null && consumed.equals(previous)) {
         return true;
       }
+      previous = consumed;
     }
     return true;
   }
 
-  /** Records processed by every stream thread so far (thread-level "process-total"). */
-  private static double processedRecords(KafkaStreams streams) {
-    return streams.metrics().entrySet().stream()
-        .filter(e -> e.getKey().group().equals("stream-thread-metrics"))
-        .filter(e -> e.getKey().name().equals("process-total"))
-        .mapToDouble(e -> ((Number) e.getValue().metricValue()).doubleValue())
-        .sum();
-  }
-
-  /** Whether the application's group has committed the end offset of every input partition. */
-  private static boolean inputCommitted(Admin admin, String applicationId, String input) {
+  /**
+   * The group's committed offsets if no committed record lies at or past them in any partition
+   * the app reads (its input and its repartition topics); null while one does, or if unsure.
+   */
+  private static Map<TopicPartition, Long> consumedEverything(
+      Admin admin, KafkaConsumer<byte[], byte[]> reader, String applicationId, String input) {
     try {
-      List<TopicPartition> partitions =
-          admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions()
-              .stream()
-              .map(p -> new TopicPartition(input, p.partition()))
-              .collect(Collectors.toList());
-      Map<TopicPartition, OffsetAndMetadata> committed =
-          admin.listConsumerGroupOffsets(applicationId).partitionsToOffsetAndMetadata().get();
-      Map<TopicPartition, OffsetSpec> latest =
-          partitions.stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest()));
-      var ends = admin.listOffsets(latest).all().get();
-      for (TopicPartition tp : partitions) {
-        OffsetAndMetadata offset = committed.get(tp);
-        long end = ends.get(tp).offset();
-        if (end > 0 && (offset == null || offset.offset() < end)) {
-          return false;
+      List<TopicPartition> partitions = new ArrayList<>();
+      for (String topic : admin.listTopics().names().get()) {
+        boolean repartition =
+            topic.startsWith(applicationId + "-") && topic.endsWith("-repartition");
+        if (topic.equals(input) || repartition) {
+          for (PartitionInfo info : reader.partitionsFor(topic)) {
+            partitions.add(new TopicPartition(topic, info.partition()));
+          }
         }
       }
-      return true;
-    } catch (ExecutionException e) {
-      return false; // the group may not exist yet: not committed
+      Map<TopicPartition, OffsetAndMetadata> committed =
+          admin.listConsumerGroupOffsets(applicationId).partitionsToOffsetAndMetadata().get();
+      Map<TopicPartition, Long> beginnings = reader.beginningOffsets(partitions);
+      // read_committed: the last stable offset, past which nothing is committed yet.
+      Map<TopicPartition, Long> ends = reader.endOffsets(partitions);
+      Map<TopicPartition, Long> offsets = new HashMap<>();
+      for (TopicPartition tp : partitions) {
+        OffsetAndMetadata offset = committed.get(tp);
+        long from = offset == null ? beginnings.get(tp) : offset.offset();
+        offsets.put(tp, from);
+        if (from < ends.get(tp) && hasRecordFrom(reader, tp, from, ends.get(tp))) {
+          return null;
+        }
+      }
+      return offsets;
+    } catch (ExecutionException | KafkaException e) {
+      return null; // the group or a topic may not exist yet: not done
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      return false;
+      return null;
     }
+  }
+
+  /**
+   * Whether a committed record lies in [from, end) of the partition. Between the two there may be
+   * only transaction markers, which a read_committed consumer skips without returning a record.
+   */
+  private static boolean hasRecordFrom(
+      KafkaConsumer<byte[], byte[]> reader, TopicPartition tp, long from, long end) {
+    reader.assign(List.of(tp));
+    reader.seek(tp, from);
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (reader.position(tp) < end) {
+      if (!reader.poll(Duration.ofMillis(POLL_MS)).isEmpty()) {
+        return true;
+      }
+      if (System.nanoTime() > deadline) {
+        return true; // could not read it: count it as not done, and look again
+      }
+    }
+    return false;
   }
 
   private static void deleteRecursively(Path dir) {
