@@ -197,12 +197,10 @@ class StreamStreamJoinProcessor(Processor[Any, Any]):
         left_serde = self.this_serde if self.left_side else self.other_serde
         right_serde = self.other_serde if self.left_side else self.this_serde
         for store_key, data in list(self.outer.range(None, None)):
-            if left_open and right_open:
-                # Before reading the next key: min_time must stay the oldest record still
-                # waiting, or a waiting record older than that key is never looked at again.
-                break
             ts = _LONG.unpack_from(store_key)[0]
             time.min_time = ts
+            if left_open and right_open:
+                break
             side = store_key[8:9]
             if ts + (left_after if side == LEFT else right_after) + grace >= time.stream_time:
                 if side == LEFT:
