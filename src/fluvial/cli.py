@@ -486,7 +486,7 @@ def verify(
         float | None,
         typer.Option(
             help="Give up on a fault kind after this many seconds, naming the fault or "
-            "recovery not seen [default: --duration-s + 300 + 120 per fault]"
+            "recovery not seen (default: --duration-s + 300 s + 120 s per fault)"
         ),
     ] = None,
     commit_interval_ms: Annotated[int, typer.Option(help="Commit interval of the app")] = 500,

@@ -110,15 +110,26 @@ class AppProcess:
         )
 
     def slot_worker_pids(self) -> dict[int, int]:
-        """slot -> the PySpark Python worker of this run that runs (or last ran) the slot."""
+        """slot -> the PySpark Python worker of this run running the slot's task now.
+
+        A slot's task writes its worker's pid to ``.slots/slot-<n>.pid`` as it starts, and the
+        driver appends to its lease log once every task of the lease is done: a pid file newer
+        than the lease log belongs to a task still running (killing its worker fails the task).
+        """
         workers = set(spark_python_workers(self.proc.pid)) if self.running() else set()  # type: ignore[union-attr]
+        log = self.app_dir / "leases.jsonl"
+        try:
+            lease_ended = log.stat().st_mtime_ns
+        except OSError:
+            lease_ended = 0  # the first lease is still running
         slots = {}
         for path in (self.app_dir / ".slots").glob("slot-*.pid"):
             try:
+                started = path.stat().st_mtime_ns
                 slot, pid = int(path.stem.removeprefix("slot-")), int(path.read_text())
             except (OSError, ValueError):
                 continue
-            if pid in workers:
+            if pid in workers and started > lease_ended:
                 slots[slot] = pid
         return slots
 

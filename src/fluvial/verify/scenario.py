@@ -431,7 +431,8 @@ class Scenario:
         return successor
 
     def _kill_spark_worker(self, app: AppProcess) -> None:
-        """``kill -9`` the PySpark Python worker running a slot (chosen at random)."""
+        """``kill -9`` the PySpark Python worker of a slot whose task is running (a slot chosen
+        at random, at a random moment of the task), so that Spark retries the task."""
         found: dict[int, int] = {}
 
         def slot_workers() -> bool:
@@ -439,8 +440,13 @@ class Scenario:
             found.update(app.slot_worker_pids())
             return bool(found)
 
-        self._await(app, "before the worker kill",
-                    [("a live PySpark worker running a slot", slot_workers)], 0.1)  # fmt: skip
-        slot = self.rng.choice(sorted(found))
+        while True:
+            self._await(app, "before the worker kill",
+                        [("a PySpark worker running a slot's task", slot_workers)], 0.1)  # fmt: skip
+            slot = self.rng.choice(sorted(found))
+            time.sleep(self.rng.uniform(0.0, 0.5))
+            # Still that task's worker? Past a lease's end the next lease's start is awaited.
+            if app.slot_worker_pids().get(slot) == found[slot]:
+                break
         os.kill(found[slot], signal.SIGKILL)
         self.progress(f"killed PySpark worker {found[slot]} of slot {slot}")
