@@ -7,8 +7,8 @@ in ``tests/conftest.py`` stops every process the test registered that is still r
 session finaliser stops whatever is left and the terminal summary names it.
 
 ``stop`` is the one way to stop a process here: SIGTERM then SIGCONT (a stopped process acts on
-SIGTERM only once it runs again), SIGKILL after a grace period, each sent to the process's whole
-group and to every descendant that left the group. Tests that stop a process on purpose (a
+SIGTERM only once it runs again), SIGKILL after a grace period, each sent to every process of
+its group and to every descendant that left the group. Tests that stop a process on purpose (a
 graceful ``SIGTERM``, a ``kill -9``) still do that themselves: this module is the safety net.
 
 Where ``setpriv`` exists, a spawned process also gets SIGKILL if the test process itself dies
