@@ -55,12 +55,16 @@ class SuppressProcessor(Processor[Any, Any]):
         self._times: dict[bytes, int] = {}
         self._heap: list[tuple[int, bytes]] = []
         self._bytes = 0
+        # Stream time as this operator saw it (records it received), as in Kafka Streams:
+        # records dropped upstream (a null key before an aggregation) do not release results.
+        self._observed = context.current_stream_time_ms()
         for key_bytes, raw in self.store.all():
             buffer_time = _HEADER.unpack_from(raw)[0]
             self._index(key_bytes, buffer_time)
             self._bytes += len(key_bytes) + len(raw)
 
     def process(self, record: Record[Any, Any]) -> None:
+        self._observed = max(self._observed, record.timestamp_ms)
         change: Change[Any] = record.value
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
@@ -99,7 +103,7 @@ class SuppressProcessor(Processor[Any, Any]):
         heapq.heappush(self._heap, (buffer_time, key_bytes))
 
     def _emit_due(self) -> None:
-        expiry = self.context.current_stream_time_ms() - self.delay_ms
+        expiry = self._observed - self.delay_ms
         while self._heap and self._heap[0][0] <= expiry:
             self._emit_oldest()
 
