@@ -32,12 +32,12 @@ from fluvial.errors import ConfigError, FluvialError
 
 def declared_egress(app_file: Path | str) -> list[Any]:
     """The ``egress`` list of an already loaded ``APP.py`` (empty when it declares none)."""
-    from fluvial.sinks.postgres import PostgresSink
-
     module = sys.modules.get(f"fluvial_app_{Path(app_file).stem}")
     declared = getattr(module, "egress", None) if module is not None else None
     if declared is None:
         return []
+    from fluvial.sinks.postgres import PostgresSink  # the driver loads only when needed
+
     sinks = list(declared) if isinstance(declared, list | tuple) else [declared]
     for sink in sinks:
         if not isinstance(sink, PostgresSink):
