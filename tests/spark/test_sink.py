@@ -170,7 +170,7 @@ def test_zombie_writer_is_fenced_by_the_next_attempt(
     result = sink(frame(spark, rows, 1), 3)  # the next attempt of the same batch partition
     assert (result.records_written, result.partitions_skipped) == (100, ())
     zombie.send_signal(signal.SIGCONT)
-    _, stderr = zombie.communicate("go on\n", timeout=120)  # it writes the rest, then commits
+    _, stderr = zombie.communicate("go on\n", timeout=300)  # it writes the rest, then commits
     assert zombie.returncode != 0
     assert "fenced" in stderr.lower() or "epoch" in stderr.lower(), stderr[-2000:]
     assert Counter(values(bootstrap_servers, out)) == Counter(rows)
