@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -73,6 +74,9 @@ def get(port: int, path: str, *, token: str | None = None, timeout: float = 10) 
             status, headers = response.status, dict(response.headers)
     except urllib.error.HTTPError as error:
         raw, status, headers = error.read(), error.code, dict(error.headers)
+    except http.client.HTTPException as cut:
+        # The server went away in the middle of an answer (a kill -9): a connection failure.
+        raise ConnectionError(f"the answer was cut off: {cut!r}") from cut
     text = raw.decode()
     try:
         body = json.loads(text)

@@ -42,7 +42,8 @@ class Querier(threading.Thread):
             try:
                 answer = get(self.runner.port, path, timeout=5)
             except OSError:
-                self.refused_connections += 1  # the process is down or not serving yet
+                # The process is down, not serving yet, or was killed while it answered.
+                self.refused_connections += 1
                 time.sleep(0.02)
                 continue
             if answer.status == 503:
@@ -56,6 +57,7 @@ class Querier(threading.Thread):
                 self.answers.append(((category, start), answer.body["value"]))
 
     def count_for(self, seconds: float) -> int:
+        assert self.is_alive() or self.stop_event.is_set(), "the querier thread died"
         before = len(self.answers)
         time.sleep(seconds)
         return len(self.answers) - before
