@@ -154,6 +154,11 @@ class SparkApplication:
         check_no_speculation(self.spark_conf)  # before paying for a JVM
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
+        if self.config.num_standby_replicas:
+            log.warning("num_standby_replicas=%d has no effect with the Spark engine yet: a task "
+                        "that moves restores its stores from their changelogs (from its local "
+                        "checkpoint when it lands where it ran before)",
+                        self.config.num_standby_replicas)  # fmt: skip
         if self._spark is None:
             from fluvial.spark.session import local_spark_session
 
