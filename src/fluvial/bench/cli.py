@@ -220,13 +220,19 @@ def queries(
     records: Annotated[int, typer.Option(help="Page views pre-loaded for each run")] = 200_000,
     clients: Annotated[int, typer.Option(help="Query client processes")] = 2,
     engine: Annotated[str, typer.Option(help="local or spark")] = "local",
+    rate: Annotated[
+        float, typer.Option(help="Queries/s offered over all clients (0: back to back)")
+    ] = 0.0,
     bootstrap: Bootstrap = None,
     json_out: JsonOut = None,
 ) -> None:
     """Interactive query load on a running Figure 2 app: queries/s, p50/p99, throughput lost."""
     from fluvial.bench.queries import run_query_bench
 
-    result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine)
+    if rate < 0 or clients < 1:
+        raise typer.BadParameter("--rate must be >= 0 and --clients >= 1")
+    result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine,
+                             rate=rate)  # fmt: skip
     alone, loaded = result["without_queries"], result["with_queries"]
     console.print(
         f"processing alone {alone['processing_rps']:,} rec/s; with queries "

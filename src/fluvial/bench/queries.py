@@ -4,7 +4,9 @@ Two runs of the same pre-loaded input, each a fresh ``fluvial run --serve`` proc
 
 1. without queries: the processing throughput alone;
 2. with ``clients`` processes asking point queries (one window of one category each, over
-   keep-alive HTTP connections) for as long as processing runs.
+   keep-alive HTTP connections) for as long as processing runs: back to back, or at a fixed
+   offered ``rate`` (queries per second over all clients, sent on a schedule that does not
+   wait for slow answers), which measures what a given query load costs processing.
 
 It reports the queries answered per second, their p50/p99 latency, and the processing
 throughput lost to them. Both runs share the machine's cores with the query clients, as a
@@ -72,15 +74,27 @@ def _scrape(port: int) -> float:
     )
 
 
-def _client(port: int, windows: list[tuple[str, int]], stop: Any, out: Any) -> None:
-    """One query client: point queries back to back on one keep-alive connection."""
+def _client(
+    port: int, windows: list[tuple[str, int]], stop: Any, out: Any, rate: float = 0.0
+) -> None:
+    """One query client on one keep-alive connection: point queries back to back, or
+    ``rate`` per second on a fixed schedule (latency counts from the scheduled send time)."""
     rng = random.Random(os.getpid())
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
+    interval = 1.0 / rate if rate > 0 else 0.0
+    scheduled = time.perf_counter()
     while not stop.is_set():
         category, start = rng.choice(windows)
-        began = time.perf_counter()
+        if interval:
+            scheduled += interval
+            pause = scheduled - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            began = scheduled
+        else:
+            began = time.perf_counter()
         try:
             connection.request("GET", f"/stores/{STORE}/keys/{category}?time={start}")
             response = connection.getresponse()
@@ -98,7 +112,7 @@ def _client(port: int, windows: list[tuple[str, int]], stop: Any, out: Any) -> N
 
 def _run_once(
     bootstrap: str, topic: str, records: int, windows: list[tuple[str, int]], *,
-    clients: int, engine: str, work: Path,
+    clients: int, engine: str, work: Path, rate: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
     """One ``fluvial run --serve`` over the pre-loaded input, with ``clients`` query clients."""
     app_id = f"bench-iq-{uuid.uuid4().hex[:8]}"
@@ -131,7 +145,11 @@ def _run_once(
             progress.append((time.monotonic(), done))
             if done > 0 and not workers and clients:
                 workers = [
-                    context.Process(target=_client, args=(port, windows, stop, queue), daemon=True)
+                    context.Process(
+                        target=_client,
+                        daemon=True,
+                        args=(port, windows, stop, queue, rate / clients),
+                    )
                     for _ in range(clients)
                 ]
                 for worker in workers:
@@ -144,6 +162,7 @@ def _run_once(
         last = next(t for t, d in progress if d >= expected)
         result: dict[str, Any] = {
             "clients": clients,
+            "offered_rate": rate or None,
             "records": records,
             "processing_seconds": round(last - first, 2),
             "processing_rps": round(expected / 2 / max(last - first, 1e-9)),
@@ -182,7 +201,7 @@ def _run_once(
 
 
 def run_query_bench(
-    bootstrap: str | None, *, records: int, clients: int, engine: str
+    bootstrap: str | None, *, records: int, clients: int, engine: str, rate: float = 0.0
 ) -> dict[str, Any]:
     """Both runs on the same input; the lost throughput compares them."""
     from fluvial.bench.environment import describe
@@ -199,7 +218,7 @@ def run_query_bench(
         alone = _run_once(servers, topic, records, windows, clients=0, engine=engine,
                           work=Path(work))  # fmt: skip
         loaded = _run_once(servers, topic, records, windows, clients=clients, engine=engine,
-                           work=Path(work))  # fmt: skip
+                           work=Path(work), rate=rate)  # fmt: skip
     lost = 1 - loaded["processing_rps"] / alone["processing_rps"]
     return {
         "environment": describe(),
