@@ -6,14 +6,22 @@ of the committed input). Ends that leave out the last interval's state changes w
 
 from __future__ import annotations
 
+import base64
+import shutil
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from fluvial import Materialized, StreamsBuilder, StreamsConfig, serdes
+from fluvial import Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
+from fluvial.errors import ConfigError
 from fluvial.runtime import Application
+from fluvial.runtime.horizon import Needed
 from fluvial.runtime.worker import CommitMetadata
+from tests.event_times import event_time_base_ms
 from tests.runtime.harness import wait_until
 
 pytestmark = [pytest.mark.kafka]
@@ -71,3 +79,100 @@ def test_committed_changelog_ends_include_the_intervals_last_writes(
     probe.close()
     assert changelog_end > 0
     assert metadata.changelog_ends == {(changelog, 0): changelog_end}
+
+
+def test_a_task_with_many_window_stores_commits_and_restores_them_all(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """24 windowed counts in one sub-topology: their changelog offsets alone pass the broker's
+    4096-byte metadata limit as plain JSON, so the commit carries them compressed."""
+    stores = 24
+    source = topic_factory("clicks")
+    base = event_time_base_ms()
+    base -= base % 24_000  # every window size below divides 24 s: deterministic windows
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+
+    def produce(first: int, last: int, key: Callable[[int], str]) -> None:
+        for i in range(first, last):
+            producer.produce(source, key=key(i).encode(), value=b"x", partition=0,
+                             timestamp=base + i * 100)  # fmt: skip
+        assert producer.flush(30) == 0
+
+    produce(0, 200, lambda i: f"page-{i % 5}")
+    builder = StreamsBuilder()
+    grouped = builder.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
+    grouped = grouped.group_by_key()
+    for n in range(stores):
+        windows = TimeWindows.of_size_and_grace(size_ms=1000 * (n + 1), grace_ms=0)
+        grouped.windowed_by(windows).count(materialized=Materialized.as_(f"window-counts-{n:02d}"))
+    app_id = unique_name("app")
+    config = StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
+                           processing_guarantee="exactly_once_v2", commit_interval_ms=300,
+                           state_dir=str(tmp_path))  # fmt: skip
+    topology = builder.build()
+    with Application(topology, config) as app:
+        wait_until(lambda: committed(bootstrap_servers, app_id, source).offset == 200, 120,
+                   "the input offsets to be committed")  # fmt: skip
+    app.raise_if_failed()
+    raw = committed(bootstrap_servers, app_id, source).metadata
+    prefix = CommitMetadata.COMPRESSED_PREFIX
+    assert raw.startswith(prefix), raw[:80]
+    plain = zlib.decompress(base64.b85decode(raw[len(prefix) :].encode()))
+    assert len(raw) < 4096 < len(plain)
+    metadata = CommitMetadata.decode(raw)
+    assert len(metadata.changelog_ends) == stores and len(metadata.needed) == stores
+
+    # A restart without local state restores every store from its changelog and goes on.
+    shutil.rmtree(tmp_path / app_id)
+    produce(200, 220, lambda i: "page-0")
+    with Application(topology, config) as app:
+        wait_until(lambda: committed(bootstrap_servers, app_id, source).offset == 220, 120,
+                   "the input offsets after the restart")  # fmt: skip
+        # Committed reads show a commit once its writes reach the stores, just after the
+        # offsets: wait for the values rather than read once.
+        # [base, base + 24 s): page-0's 40 records from before the restart and 20 after;
+        # [base + 21 s, base + 22 s): 10 records, all after the restart.
+        wait_until(
+            lambda: (
+                app.store("window-counts-23").fetch("page-0", base),
+                app.store("window-counts-00").fetch("page-0", base + 21_000),
+            ) == (60, 10),
+            60, "the restored and the new counts",
+        )  # fmt: skip
+    app.raise_if_failed()
+
+
+def test_a_task_whose_metadata_cannot_fit_is_refused_before_anything_starts(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """Even compressed, 100 window stores in one sub-topology pass the broker's limit: the
+    application refuses to start, with the fix, before it creates a single topic."""
+    builder = StreamsBuilder()
+    grouped = builder.stream(topic_factory("clicks"), key_serde=serdes.string(),
+                             value_serde=serdes.string()).group_by_key()  # fmt: skip
+    for n in range(100):
+        windows = TimeWindows.of_size_and_grace(size_ms=1000 * (n + 1), grace_ms=0)
+        grouped.windowed_by(windows).count(materialized=Materialized.as_(f"window-counts-{n:02d}"))
+    app_id = unique_name("app")
+    config = StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
+                           state_dir=str(tmp_path))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"100 changelogged stores.*Split the sub-topology"):
+        Application(builder.build(), config).start()
+    topics = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(timeout=30).topics
+    assert not [t for t in topics if t.startswith(app_id)]
+
+
+def test_metadata_round_trips_plain_and_compressed() -> None:
+    small = CommitMetadata(5, {("a-changelog", 0): 7}, {("a-changelog", 0): Needed(3, 1, 2)})
+    assert small.encode().startswith("fluvial:{")
+    assert CommitMetadata.decode(small.encode()) == CommitMetadata(
+        5, small.changelog_ends, small.needed, True
+    )
+    ends = {(f"app-store-{n}-changelog", n % 3): 10**12 + n for n in range(30)}
+    needed = {tp: Needed(off - 5, off, off + 1) for tp, off in ends.items()}
+    large = CommitMetadata(99, ends, needed).encode()
+    assert large.startswith(CommitMetadata.COMPRESSED_PREFIX)
+    assert CommitMetadata.decode(large) == CommitMetadata(99, ends, needed, True)
+    assert (
+        CommitMetadata.decode(CommitMetadata.COMPRESSED_PREFIX + "not-base85!") == CommitMetadata()
+    )

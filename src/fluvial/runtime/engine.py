@@ -22,7 +22,7 @@ from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
-from fluvial.runtime.worker import FencedError, Worker, transactional_id
+from fluvial.runtime.worker import FencedError, Worker, check_metadata_fits, transactional_id
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,14 @@ def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> li
         partitions = max(plan.partitions[t] for t in sub.source_topics)
         tasks += [TaskId(sub.id, p) for p in range(partitions)]
     return tasks
+
+
+def check_commit_metadata(topology: Topology, config: StreamsConfig) -> None:
+    """Refuse, before any topic is created, a sub-topology whose tasks' commits could not carry
+    their changelog offsets (see :func:`~fluvial.runtime.worker.check_metadata_fits`)."""
+    for sub in topology.subtopologies(config.application_id):
+        changelogs = [(topic, 9_999) for topic in sub.changelog_topics().values()]
+        check_metadata_fits(f"{sub.id}_*", changelogs)
 
 
 def assign_slots(tasks: list[TaskId], slots: int) -> dict[int, list[TaskId]]:
@@ -115,6 +123,7 @@ class Application:
         self._queries: LocalQueries | None = None
 
     def start(self) -> None:
+        check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
         slots = min(self.slots, len(self.task_ids))

@@ -7,11 +7,14 @@ where and when :meth:`Worker.run_for` is called.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
+import random
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import StreamsError
+from fluvial.errors import ConfigError, StreamsError
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
@@ -641,6 +644,25 @@ def _is_fenced(error: KafkaError) -> bool:
     ) or (error.fatal() and "fenced" in error.str().lower())
 
 
+#: Kafka's default ``offset.metadata.max.bytes``: the longest metadata a commit may carry.
+OFFSET_METADATA_MAX_BYTES = 4096
+
+
+def check_metadata_fits(task: str, changelogs: list[tuple[str, int]]) -> None:
+    """Refuse, before anything runs, a task whose commits could not carry their metadata.
+
+    The broker would refuse such a commit on every attempt (OFFSET_METADATA_TOO_LARGE).
+    """
+    size = CommitMetadata.largest(changelogs)
+    if size > OFFSET_METADATA_MAX_BYTES:
+        raise ConfigError(
+            f"task {task} has {len(changelogs)} changelogged stores: its commit metadata "
+            f"(changelog offsets, up to {size:,} bytes) could pass Kafka's "
+            f"offset.metadata.max.bytes ({OFFSET_METADATA_MAX_BYTES:,} by default). Split "
+            "the sub-topology (a repartition() between groups of stores starts a new one)."
+        )
+
+
 @dataclass(frozen=True)
 class CommitMetadata:
     """What a task commits with its input offsets.
@@ -657,6 +679,11 @@ class CommitMetadata:
     known: bool = False
 
     PREFIX = "fluvial:"
+    #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
+    #: Changelog topic names repeat the application id, so a task with many stores compresses
+    #: several times over and stays inside the broker's ``offset.metadata.max.bytes``.
+    COMPRESSED_PREFIX = "fluvial:z:"
+    COMPRESS_ABOVE = 512
 
     def encode(self) -> str:
         ends = [[t, p, off] for (t, p), off in sorted(self.changelog_ends.items())]
@@ -665,22 +692,45 @@ class CommitMetadata:
             for (t, p), n in sorted(self.needed.items())
         ]
         payload = {"st": self.stream_time, "cl": ends, "nd": needed}
-        return self.PREFIX + json.dumps(payload, separators=(",", ":"))
+        text = json.dumps(payload, separators=(",", ":"))
+        if len(text) <= self.COMPRESS_ABOVE:
+            return self.PREFIX + text
+        packed = base64.b85encode(zlib.compress(text.encode(), 9)).decode("ascii")
+        return self.COMPRESSED_PREFIX + packed
 
     @classmethod
     def decode(cls, metadata: str | None) -> CommitMetadata:
         if not metadata or not metadata.startswith(cls.PREFIX):
             return cls()
         try:
-            data = json.loads(metadata[len(cls.PREFIX) :])
+            if metadata.startswith(cls.COMPRESSED_PREFIX):
+                packed = metadata[len(cls.COMPRESSED_PREFIX) :].encode("ascii")
+                text = zlib.decompress(base64.b85decode(packed)).decode()
+            else:
+                text = metadata[len(cls.PREFIX) :]
+            data = json.loads(text)
             ends = {(t, int(p)): int(off) for t, p, off in data.get("cl", [])}
             needed = {
                 (t, int(p)): Needed(int(nf), int(ns), int(nw))
                 for t, p, nf, ns, nw in data.get("nd", [])
             }
             return cls(int(data.get("st", -1)), ends, needed, "nd" in data)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, zlib.error):
             return cls()
+
+    @classmethod
+    def largest(cls, changelogs: Iterable[tuple[str, int]]) -> int:
+        """About the longest metadata a task with these changelog partitions can commit: every
+        end and needed offset 19 digits wide, and all different, so they barely compress."""
+        rng = random.Random(0)
+
+        def wide() -> int:
+            return rng.randrange(10**18, 2**63)
+
+        tps = sorted(changelogs)
+        metadata = cls(wide(), {tp: wide() for tp in tps},
+                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps})  # fmt: skip
+        return len(metadata.encode())
 
     @classmethod
     def latest(cls, candidates: Iterable[CommitMetadata]) -> CommitMetadata:

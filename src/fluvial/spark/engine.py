@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
-from fluvial.runtime.engine import assign_slots, fence_stale_slots, plan_tasks
+from fluvial.runtime.engine import (
+    assign_slots,
+    check_commit_metadata,
+    fence_stale_slots,
+    plan_tasks,
+)
 from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
@@ -152,6 +157,7 @@ class SparkApplication:
     def start(self) -> None:
         """Check the settings, create internal topics, plan tasks, then run leases."""
         check_no_speculation(self.spark_conf)  # before paying for a JVM
+        check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
         if self.config.num_standby_replicas:
