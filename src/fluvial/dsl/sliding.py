@@ -152,8 +152,8 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
         if existing is None and self.initializer is None:
             new = record.value  # reduce: the first value is the aggregate
         else:
-            base = old if existing is not None else self.initializer()  # type: ignore[misc]
-            new = self.aggregator(record.key, record.value, base)
+            old = old if existing is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, old)
         timestamp = (
             record.timestamp_ms if existing is None else max(existing[1], record.timestamp_ms)
         )
@@ -162,7 +162,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             self.value_serde.serialize(None, new),
             timestamp,
             new,
-            None if existing is None else old,
+            old,
         )
 
     def _copy(self, start: int, source: Aggregate) -> None:
