@@ -47,9 +47,10 @@ def test_sliding_window_transcript_with_out_of_order_and_late_records(store_type
         [("a", 10, 20, 1)],  # the record's left window [t - 10, t]
         # As in Kafka Streams: the right window of 20 first, then 25's new left window.
         [("a", 21, 31, 1), ("a", 15, 25, 2)],
-        # Out of order: update the windows containing 22, then create its left and right
-        # windows from windows holding exactly the same records.
-        [("a", 15, 25, 3), ("a", 21, 31, 2), ("a", 12, 22, 2), ("a", 23, 33, 1)],
+        # Out of order: update the windows containing 22 (latest start first, as Kafka Streams
+        # visits them), then create its left and right windows from windows holding exactly
+        # the same records.
+        [("a", 21, 31, 2), ("a", 15, 25, 3), ("a", 12, 22, 2), ("a", 23, 33, 1)],
         [("a", 30, 40, 1)],
         [],  # 14: every window containing it ended at or before 40 - 5: dropped
         # 26: its windows up to [21, 31] are closed; only 25's right window [26, 36] is open.

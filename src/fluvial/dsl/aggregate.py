@@ -64,8 +64,10 @@ class StreamAggregateProcessor(Processor[Any, Any]):
         if found is None and self.initializer is None:
             new = record.value  # reduce: the first value is the aggregate
         else:
-            base = old if found is not None else self.initializer()  # type: ignore[misc]
-            new = self.aggregator(record.key, record.value, base)
+            # A new key's old value is the initializer's, as Kafka Streams forwards it (a
+            # filter downstream may then forward a deletion).
+            old = old if found is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, old)
         self.store.put(key_bytes, self.value_serde.serialize(None, new), timestamp)
         self.forwarder.maybe_forward(record.key, new, old, timestamp)
 
@@ -148,8 +150,8 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         if found is None and self.initializer is None:
             new = record.value
         else:
-            base = old if found is not None else self.initializer()  # type: ignore[misc]
-            new = self.aggregator(record.key, record.value, base)
+            old = old if found is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, old)
         new_bytes = self.value_serde.serialize(None, new)
         stored = None if new_bytes is None else to_timestamped_bytes(new_bytes, timestamp)
         self.store.put(key_bytes, stored, window.start_ms, timestamp)  # None: the window is gone

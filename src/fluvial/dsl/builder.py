@@ -9,6 +9,7 @@ from fluvial.dsl.getters import store_getter
 from fluvial.dsl.global_table import GlobalKTable
 from fluvial.dsl.kstream import KStream
 from fluvial.dsl.ktable import KTable
+from fluvial.dsl.old_values import SourceOldValues
 from fluvial.dsl.options import Consumed, Materialized
 from fluvial.dsl.table_ops import TableSourceProcessor
 from fluvial.processor.stores import StoreBuilder
@@ -64,6 +65,7 @@ class StreamsBuilder:
         return KTable(
             self, name, key_serde, value_serde, store_name=store,
             getter=store_getter(store, k, v, m.versioned),
+            old_values=SourceOldValues(queryable=m.store_name is not None),
         )  # fmt: skip
 
     def global_table(

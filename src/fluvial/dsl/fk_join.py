@@ -28,6 +28,7 @@ from fluvial import serdes
 from fluvial.dsl import graph
 from fluvial.dsl.change import Change
 from fluvial.dsl.getters import GetterSupplier, store_getter
+from fluvial.dsl.old_values import SourceOldValues
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.stream_table_join import Joiner, value_joiner
 from fluvial.dsl.table_ops import TableSourceProcessor
@@ -275,6 +276,10 @@ def foreign_key_join(
 
     itb = left._itb
     fn = value_joiner(joiner, with_key)
+    # Both sides send old values: a changed foreign key unsubscribes the old one, and a right
+    # row that did not change is not propagated.
+    right._old_values.enable(True)
+    left._old_values.enable(True)
     lg, rg = left._value_getter(), right._value_getter()
     pk_serde = graph.internal_serde(left.key_serde)
     fk_serde = graph.internal_serde(right.key_serde)
@@ -350,4 +355,5 @@ def foreign_key_join(
     return KTable(
         left._builder, result, left.key_serde, value_serde, store_name=store,
         getter=store_getter(store, pk_serde, v, m.versioned),
+        old_values=SourceOldValues(queryable=m.store_name is not None),
     )  # fmt: skip

@@ -240,16 +240,19 @@ def window_retention(
     """How long the window store keeps windows: the user's choice, at least size + grace.
 
     Sliding windows also read neighbouring windows (up to twice the time difference back) to
-    build new ones, so their store keeps those as long as a record may still need them.
+    build new ones: their store keeps windows for at least 2 * time difference + grace, Kafka
+    Streams' default and minimum for them.
     """
     minimum = windows.size_ms + windows.grace_ms
+    what = "window size + grace"
+    if isinstance(windows, SlidingWindows):
+        minimum = 2 * windows.size_ms + windows.grace_ms
+        what = "2 * time difference + grace"
     retention = m.retention_ms if m.retention_ms is not None else minimum
     if retention < minimum:
         itb._problems.append(
-            f"store {store!r}: retention {retention} ms is shorter than window size + grace "
-            f"({minimum} ms); windows would vanish while still open: raise with_retention(...)"
+            f"store {store!r}: retention {retention} ms is shorter than {what} "
+            f"({minimum} ms); windows would vanish while still needed: raise with_retention(...)"
         )
         retention = minimum
-    if isinstance(windows, SlidingWindows):
-        retention = max(retention, 3 * windows.size_ms + windows.grace_ms + 1)
     return retention

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluvial.dsl import graph
 from fluvial.dsl.getters import store_getter
+from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.stream_stream_join import JoinTimes, StreamStreamJoinProcessor
 from fluvial.dsl.stream_table_join import StreamTableJoinProcessor, value_joiner
@@ -188,6 +189,10 @@ def table_table(
     this_name = itb.new_processor_name(f"KTABLE-{tag}JOINTHIS-")
     other_name = itb.new_processor_name(f"KTABLE-{tag}JOINOTHER-")
     merge_name = name or itb.new_processor_name("KTABLE-MERGE-")
+    if kind in (LEFT, OUTER):
+        left._old_values.enable(True)
+    if kind == OUTER:
+        right._old_values.enable(True)
     lg, rg = left._value_getter(), right._value_getter()
     fn = value_joiner(joiner, with_key)
     itb.add_processor(
@@ -201,12 +206,19 @@ def table_table(
     result = KTable(
         left._builder, merge_name, left.key_serde, None,
         getter=join_getter(kind, fn, lg, rg),
+        old_values=OldValues(left._old_values, right._old_values),
     )  # fmt: skip
     return materialize(result, materialized) if materialized is not None else result
 
 
-def materialize(table: KTable, materialized: Materialized, prefix: str = "KTABLE-") -> KTable:
-    """Write a table's changes into a store of its own, then continue from that store."""
+def materialize(
+    table: KTable, materialized: Materialized, prefix: str = "KTABLE-", filtered: bool = False
+) -> KTable:
+    """Write a table's changes into a store of its own, then continue from that store.
+
+    ``filtered``: the table is a filter's, queryable: deletions of rows the store lacks are
+    dropped where the filter sends old values, as in Kafka Streams' filter with a store.
+    """
     from fluvial.dsl.ktable import KTable
 
     itb = table._itb
@@ -216,11 +228,15 @@ def materialize(table: KTable, materialized: Materialized, prefix: str = "KTABLE
     key_serde = m.key_serde or table.key_serde
     value_serde = m.value_serde or table.value_serde
     k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+    skip = table._old_values if filtered else None
     itb.add_processor(
-        name, lambda: TableSourceProcessor(store, k, v, input_is_change=True), [table.node]
+        name,
+        lambda: TableSourceProcessor(store, k, v, input_is_change=True, filtered=skip),
+        [table.node],
     )
     itb.add_store(graph.kv_store_spec(store, m, k, v), name)
     return KTable(
         table._builder, name, key_serde, value_serde, store_name=store,
         getter=store_getter(store, k, v, m.versioned),
+        old_values=table._old_values,  # the materialized table is the same table
     )  # fmt: skip

@@ -229,6 +229,7 @@ class KStream:
         """Read the stream as a changelog: the latest value per key, ``None`` deleting."""
         from fluvial.dsl.getters import store_getter
         from fluvial.dsl.ktable import KTable
+        from fluvial.dsl.old_values import SourceOldValues
         from fluvial.dsl.table_ops import TableSourceProcessor
 
         m = materialized or Materialized()
@@ -243,6 +244,7 @@ class KStream:
         return KTable(
             self._builder, name, key_serde, value_serde, store_name=store,
             getter=store_getter(store, k, v, m.versioned),
+            old_values=SourceOldValues(queryable=m.store_name is not None),
         )  # fmt: skip
 
     def _repartition_if_required(self, grouped_name: str | None, store: str) -> str:

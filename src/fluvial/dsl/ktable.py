@@ -15,6 +15,7 @@ from fluvial.dsl import graph, joins
 from fluvial.dsl.change import change_serde
 from fluvial.dsl.getters import GetterSupplier, store_getter, transform_getter
 from fluvial.dsl.kstream import KStream, NamedArg, named_value
+from fluvial.dsl.old_values import DerivedOldValues, OldValues, PassThroughOldValues
 from fluvial.dsl.options import Grouped, Materialized
 from fluvial.dsl.suppress import SuppressProcessor
 from fluvial.dsl.suppressed import Suppressed
@@ -54,6 +55,7 @@ class KTable:
         windows: AnyWindows | None = None,
         inner_key_serde: Serde[Any] | None = None,
         getter: GetterSupplier | None = None,
+        old_values: OldValues | None = None,
     ) -> None:
         self._builder = builder
         self._itb = builder._itb
@@ -64,6 +66,7 @@ class KTable:
         self.windows = windows
         self._inner_key_serde = inner_key_serde
         self._getter = getter
+        self._old_values = old_values or OldValues()
 
     @property
     def queryable_store_name(self) -> str | None:
@@ -77,14 +80,19 @@ class KTable:
         value_serde: Serde[Any] | None,
         getter: GetterSupplier | None = None,
         materialized: Materialized | None = None,
+        old_values: OldValues | None = None,
+        filtered: bool = False,
     ) -> KTable:
         name = named_value(named) or self._itb.new_processor_name(prefix)
         self._itb.add_processor(name, supplier, [self.node])
         table = KTable(
             self._builder, name, self.key_serde, value_serde,
             windows=self.windows, inner_key_serde=self._inner_key_serde, getter=getter,
+            old_values=old_values,
         )  # fmt: skip
-        return table if materialized is None else joins.materialize(table, materialized)
+        if materialized is None:
+            return table
+        return joins.materialize(table, materialized, filtered=filtered)
 
     def _internal_key_serde(self) -> Serde[Any]:
         if self.windows is not None:
@@ -94,6 +102,7 @@ class KTable:
 
     def _value_getter(self) -> GetterSupplier:
         """How joins read this table; a table without one is materialized into a store first."""
+        self._old_values.getter_requested()
         if self._getter is None:
             if self.windows is not None:
                 raise TypeError(
@@ -134,9 +143,13 @@ class KTable:
         def keep(key: Any, value: Any) -> Any:
             return value if bool(predicate(key, value)) != negate else None
 
+        queryable = _queryable(materialized)
+        old_values = DerivedOldValues(self._old_values, queryable, ask_parent=True)
         return self._derive(
-            "KTABLE-FILTER-", lambda: TableFilterProcessor(predicate, negate), named,
-            self.value_serde, transform_getter(self._getter, keep), materialized,
+            "KTABLE-FILTER-",
+            lambda: TableFilterProcessor(predicate, negate, old_values, queryable), named,
+            self.value_serde, transform_getter(self._getter, keep), materialized, old_values,
+            filtered=queryable,
         )  # fmt: skip
 
     def map_values(
@@ -152,9 +165,10 @@ class KTable:
         def apply(key: Any, value: Any) -> Any:
             return mapper(key, value) if with_key else mapper(value)
 
+        old_values = DerivedOldValues(self._old_values, _queryable(materialized), ask_parent=False)
         return self._derive(
             "KTABLE-MAPVALUES-", lambda: TableMapValuesProcessor(mapper, with_key), named, None,
-            transform_getter(self._getter, apply), materialized,
+            transform_getter(self._getter, apply), materialized, old_values,
         )  # fmt: skip
 
     # -- joins ------------------------------------------------------------------------------
@@ -242,6 +256,7 @@ class KTable:
         else:
             name = itb.new_processor_name("KTABLE-SUPPRESS-")
             store = itb.new_store_name("KTABLE-SUPPRESS-")
+        self._old_values.enable(True)
         grace = None
         if suppressed.kind == "window_close":
             if self.windows is None:
@@ -268,6 +283,7 @@ class KTable:
         return KTable(
             self._builder, name, self.key_serde, self.value_serde,
             windows=self.windows, inner_key_serde=self._inner_key_serde,
+            old_values=PassThroughOldValues(self._old_values),
         )  # fmt: skip
 
     def group_by(
@@ -280,6 +296,7 @@ class KTable:
     ) -> KGroupedTable:
         """Regroup rows by ``selector(key, value)`` → ``(new key, new value)``; always repartitions."""
         g = grouped or Grouped()
+        self._old_values.enable(True)  # the subtractor needs each row's old value
         name = self._itb.new_processor_name("KTABLE-SELECT-")
         self._itb.add_processor(name, lambda: TableSelectProcessor(selector), [self.node])
         return KGroupedTable(
@@ -288,6 +305,11 @@ class KTable:
 
     def __repr__(self) -> str:
         return f"KTable({self.node})"
+
+
+def _queryable(materialized: Materialized | None) -> bool:
+    """Kafka Streams materializes a filtered or mapped table only under a store name."""
+    return materialized is not None and materialized.store_name is not None
 
 
 class KGroupedTable:

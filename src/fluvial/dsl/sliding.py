@@ -2,7 +2,7 @@
 
 Only windows whose contents differ are kept: for each record at ``t`` its *left* window
 ``[t - d, t]`` (ending at the record) and, when later records exist within ``d + 1`` of it, its
-*right* window ``[t + 1, t + 1 + d]`` (starting just after it). Records up to ``d`` share
+*right* window ``[t + 1, t + 1 + d]`` (starting just after it). Records before ``d`` share
 one window ``[0, d]`` instead of left windows with negative starts, as in Kafka Streams.
 
 Records are not stored, only window aggregates, so a new window must take its aggregate from an
@@ -13,6 +13,9 @@ existing window that holds exactly the same records:
 - a new right window (out-of-order record) copies the latest-starting window that contains
   ``t`` without ending at it, taken before ``t`` is added, when it holds a record after ``t``;
 - the previous record's right window, if missing, holds only the new record.
+
+A record reads the windows starting up to ``2 * d`` before it, latest first, exactly as Kafka
+Streams does: the same windows are found, created and revised in the same order.
 
 The end is inclusive, so a window stays open while ``end >= stream_time - grace`` (a record at
 ``end`` may still arrive then). A record updates only open windows; a record none of whose
@@ -50,44 +53,56 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             log.debug("dropping record at %d: every window containing it closed", t)
             self.context.metrics.increment(DROPPED_RECORDS)
             return
-        if self.emit_on_close:
-            self._emit_closed(stream_time)
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
         self.record = record
         self.key_bytes = key_bytes
-        if t <= d:  # at d the left window is [0, d] too: it may hold earlier records
-            self._process_early(t, d)
-        else:
-            self._process_regular(t, d)
+        if t < d:
+            self._process_early(t, d)  # as in Kafka Streams, no final results are emitted here
+            return
+        if self.emit_on_close:
+            # Before this record's writes, which may expire closed windows from the store.
+            self._emit_closed(stream_time)
+        self._process_regular(t, d)
 
     def _process_regular(self, t: int, d: int) -> None:
+        """Windows are visited latest start first, as Kafka Streams does, so revisions of
+        existing windows come out in that order."""
+        starts: set[int] = set()
         left_exists = right_exists = False
         before_left: Aggregate | None = None  # latest-starting window ending before t
         containing: Aggregate | None = None  # latest-starting window containing t, not ending there
-        starts = set()
-        for start, raw in list(self.store.fetch_range(self.key_bytes, t - 2 * d, t + 1)):
+        previous: int | None = None  # timestamp of the latest record before t, when known
+        windows = list(self.store.fetch_range(self.key_bytes, max(0, t - 2 * d), t + 1))
+        for start, raw in reversed(windows):
             starts.add(start)
             found = from_timestamped_bytes(raw)
             end = start + d
-            if end < t:
-                before_left = found
+            if start == t + 1:
+                right_exists = True
+            elif end > t:
+                if containing is None:
+                    containing = found
+                self._add(start, found)
             elif end == t:
                 left_exists = True
                 self._add(start, found)
-            elif start <= t:
-                containing = found
-                self._add(start, found)
-            elif start == t + 1:
-                right_exists = True
-        previous = None if before_left is None else before_left[1]
+                if found[1] >= t:
+                    return  # a record at t came before: every window it needs exists
+                previous = found[1]
+            else:
+                before_left = found
+                previous = found[1]
+                break
         # Kafka Streams' order of new windows (and so of their revisions): the previous
         # record's right window, this record's left window, then its right window.
-        if previous is not None and previous >= t - d and previous + 1 not in starts:
+        if previous is not None and previous + 1 not in starts and previous + 1 + d >= t:
             self._add(previous + 1, None)  # the previous record's right window: only t so far
         if not left_exists:
-            has_records = previous is not None and previous >= t - d
-            self._add(t - d, before_left if has_records else None)
+            if before_left is not None and previous is not None and previous >= t - d:
+                self._add(t - d, (before_left[0], t))
+            else:
+                self._add(t - d, None)
         if not right_exists and containing is not None and containing[1] > t:
             self._copy(t + 1, containing)
 
@@ -137,8 +152,8 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
         if existing is None and self.initializer is None:
             new = record.value  # reduce: the first value is the aggregate
         else:
-            base = old if existing is not None else self.initializer()  # type: ignore[misc]
-            new = self.aggregator(record.key, record.value, base)
+            old = old if existing is not None else self.initializer()  # type: ignore[misc]
+            new = self.aggregator(record.key, record.value, old)
         timestamp = (
             record.timestamp_ms if existing is None else max(existing[1], record.timestamp_ms)
         )
@@ -147,7 +162,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
             self.value_serde.serialize(None, new),
             timestamp,
             new,
-            None if existing is None else old,
+            old,
         )
 
     def _copy(self, start: int, source: Aggregate) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, emit
+from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.stateless import as_key_value
 from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
@@ -39,11 +40,13 @@ class TableSourceProcessor(Processor[Any, Any]):
         key_serde: Serde[Any],
         value_serde: Serde[Any],
         input_is_change: bool = False,
+        filtered: OldValues | None = None,
     ) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.input_is_change = input_is_change
+        self.filtered = filtered
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -66,8 +69,11 @@ class TableSourceProcessor(Processor[Any, Any]):
         old = None if found is None else self.value_serde.deserialize(None, found[0])
         if value is None and found is None:
             # Deleting a key that is not there changes no row, but Kafka Streams still forwards
-            # the deletion (unless a cache absorbs it), and a join with a row on the other
-            # side turns it into a revision of its own.
+            # the deletion (unless a cache absorbs it, or this is a filter's store and the
+            # filter sends old values), and a join with a row on the other side turns it into
+            # a revision of its own.
+            if self.filtered is not None and self.filtered.enabled:
+                return
             if not self.forwarder.cached:
                 emit(self.context, record.key, Change(None, None), record.timestamp_ms)
             return
@@ -94,9 +100,17 @@ class TableSourceProcessor(Processor[Any, Any]):
 class TableFilterProcessor(Processor[Any, Any]):
     """A value failing the predicate becomes ``None``, so the row leaves the filtered table."""
 
-    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
+    def __init__(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        negate: bool,
+        old_values: OldValues,
+        queryable: bool,
+    ) -> None:
         self.predicate = predicate
         self.negate = negate
+        self.old_values = old_values
+        self.queryable = queryable  # its own store decides: see TableSourceProcessor
 
     def _keep(self, key: Any, value: Any) -> Any:
         if value is None or bool(self.predicate(key, value)) == self.negate:
@@ -107,8 +121,10 @@ class TableFilterProcessor(Processor[Any, Any]):
         change: Change[Any] = record.value
         new = self._keep(record.key, change.new_value)
         old = self._keep(record.key, change.old_value)
-        if new is None and old is None:
-            return  # invisible in the filtered table
+        if new is None and old is None and self.old_values.enabled and not self.queryable:
+            # Invisible in the filtered table. Kafka Streams drops it only where the table sends
+            # old values (see fluvial.dsl.old_values); elsewhere it forwards the deletion.
+            return
         self.context.forward(record.with_value(Change(new, old)))
 
 

@@ -52,6 +52,9 @@ public final class ReferenceApp {
   // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX
   private static final String EMIT_INTERVAL_OUTER_JOIN =
       "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__";
+  // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
+  private static final String EMIT_INTERVAL_WINDOWED_AGGREGATION =
+      "__emit.interval.ms.kstreams.windowed.aggregation__";
 
   private ReferenceApp() {}
 
@@ -125,7 +128,9 @@ public final class ReferenceApp {
     // closes, but Kafka Streams checks for closed windows at most once per this interval of
     // wall-clock time (1 s by default), which makes its output depend on processing speed.
     // fluvial checks on every record; an interval of 0 does the same, so the outputs compare.
+    // Aggregations that emit on window close have the same kind of interval.
     props.put(EMIT_INTERVAL_OUTER_JOIN, 0L);
+    props.put(EMIT_INTERVAL_WINDOWED_AGGREGATION, 0L);
     return props;
   }
 

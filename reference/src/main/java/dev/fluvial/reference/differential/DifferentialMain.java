@@ -57,6 +57,9 @@ public final class DifferentialMain {
   // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX
   private static final String EMIT_INTERVAL_OUTER_JOIN =
       "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__";
+  // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
+  private static final String EMIT_INTERVAL_WINDOWED_AGGREGATION =
+      "__emit.interval.ms.kstreams.windowed.aggregation__";
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final HexFormat HEX = HexFormat.of();
 
@@ -102,9 +105,12 @@ public final class DifferentialMain {
     // Caching off: every update is its own revision, as in fluvial's run.
     props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
     props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
-    // Left/outer stream-stream joins look for closed windows on every record, as fluvial does,
-    // instead of at most once per second of wall-clock time (see docs/semantics.md).
+    // Left/outer stream-stream joins and aggregations that emit on window close look for closed
+    // windows on every record, as fluvial does, instead of at most once per second of wall-clock
+    // time (see docs/semantics.md). The driver's clock stands still, so with the default interval
+    // they would look only once.
     props.put(EMIT_INTERVAL_OUTER_JOIN, 0L);
+    props.put(EMIT_INTERVAL_WINDOWED_AGGREGATION, 0L);
     if ("in_memory".equals(testCase.path("store_type").asText("rocksdb"))) {
       props.put(
           StreamsConfig.DSL_STORE_SUPPLIERS_CLASS_CONFIG,
