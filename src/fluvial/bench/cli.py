@@ -90,8 +90,8 @@ def _print_run(run: dict[str, Any]) -> None:
         return
     if run["mode"] == "throughput":
         console.print(
-            f"{head}  {run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  "
-            f"cpu {run['cpu_s_per_million']:7.1f} s/M  rss {run['peak_rss_mb']:6.0f} MiB  "
+            f"{head}  cpu {run['cpu_s_per_million']:6.2f} µs/rec  "
+            f"{run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  rss {run['peak_rss_mb']:6.0f} MiB  "
             f"in {run['input_committed']:,}/{run['input_records']:,}  "
             f"out {run['output_records']:,}  (startup {run['startup_s']:.1f} s)",
             highlight=False,
@@ -250,7 +250,9 @@ def setup_peers(
     from fluvial.bench.setup import setup_all
 
     chosen = [
-        p for p in _systems("local", peers) if p in PEER_NAMES and not p.startswith("spark-ss")
+        p
+        for p in _systems("local", peers)
+        if p in PEER_NAMES and not p.startswith(("spark-ss", "ceiling"))
     ]
     table = Table("peer", "status")
     for peer, status in setup_all(chosen).items():
