@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json as stdlib_json
 import math
+import random
 import uuid
 
 import pytest
@@ -198,3 +200,124 @@ def test_windowed_inner_serde_errors_propagate():
     serde = serdes.time_windowed(serdes.long(), 10)
     with pytest.raises(SerializationError, match="long serde on topic 't'"):
         serde.deserialize("t", b"\x01" + b"\x00" * 8)
+
+
+# -- the json serde writes the standard library's bytes, whichever library does the work --------
+
+
+def _stdlib_bytes(obj):
+    return stdlib_json.dumps(
+        obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+    ).encode()
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Dict(dict):
+    pass
+
+
+_TEXTS = [
+    "",
+    "a",
+    "news",
+    "é",
+    "中文",
+    "😀",
+    "\x00\x1f\x7f",
+    "\u2028\u2029",
+    '"\\/',
+    "\ufeff",
+    "\uffff",
+]
+
+
+def _random_float(rng: random.Random) -> float:
+    choice = rng.random()
+    if choice < 0.05:
+        return rng.choice(
+            [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.7976931348623157e308]
+        )
+    # Every decimal exponent, where the formatting of libraries differs most.
+    return rng.choice([1, -1]) * rng.random() * 10.0 ** rng.randint(-320, 307)
+
+
+def _random_int(rng: random.Random) -> int:
+    bits = rng.choice([3, 31, 53, 63, 64, 65, 100])
+    return rng.randint(-(2**bits), 2**bits)
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    kind = rng.randrange(10 if depth < 4 else 6)
+    if kind == 0:
+        return rng.choice([None, True, False])
+    if kind == 1:
+        return _random_int(rng)
+    if kind == 2:
+        return _random_float(rng)
+    if kind == 3:
+        return "".join(rng.choice(_TEXTS) for _ in range(rng.randrange(4)))
+    if kind == 4:
+        return rng.choice([_Str("sub"), _Int(7), (1, "t")])
+    if kind == 5:
+        return rng.choice(_TEXTS)
+    if kind in (6, 7):
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = [rng.choice(_TEXTS) + str(rng.randrange(50)) for _ in range(rng.randrange(5))]
+    value = {k: _random_value(rng, depth + 1) for k in keys}
+    return _Dict(value) if kind == 8 and rng.random() < 0.2 else value
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_json_serde_writes_the_standard_librarys_bytes_for_varied_values(seed):
+    serde = serdes.json()
+    rng = random.Random(seed)
+    for _ in range(2000):
+        value = _random_value(rng)
+        if value is None:
+            continue  # a tombstone, not JSON
+        expected = _stdlib_bytes(value)
+        assert serde.serialize("t", value) == expected, value
+        # Reading the bytes back gives what the standard library reads.
+        read = serde.deserialize("t", expected)
+        assert _stdlib_bytes(read) == _stdlib_bytes(stdlib_json.loads(expected))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1e-05, 4.4e-05, 1.5e-07, 9.999e-10, 1e-4, 1e16, 1.2345678901234568e20, -0.0, math.nan,
+        math.inf, -math.inf, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30,
+        {"b": [1.5, {"d": None, "c": "é"}], "a": True}, {"k": 1e-06}, [0.00001234],
+    ],
+)  # fmt: skip
+def test_json_serde_bytes_at_the_edges_of_number_formatting(value):
+    assert serdes.json().serialize("t", value) == _stdlib_bytes(value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":18446744073709551616}', b"-9223372036854775809", b"9223372036854775807",
+        b"1e400", b"NaN", b"-Infinity", b'"\\ud800"', b'{"a":1,"a":2}', b'  {"a" : 1 } ',
+        b"-0.0", b"1E5", b"0.1000000000000000055511151231257827",
+    ],
+)  # fmt: skip
+def test_json_serde_reads_what_the_standard_library_reads(data):
+    read = serdes.json().deserialize("t", data)
+    expected = stdlib_json.loads(data)
+    assert type(read) is type(expected)
+    assert repr(read) == repr(expected)  # repr: NaN is not equal to itself
+
+
+def test_json_serde_still_refuses_what_the_standard_library_refuses():
+    with pytest.raises(SerializationError, match="json serde"):
+        serdes.json().serialize("t", {"a": {1, 2}})
+    with pytest.raises(SerializationError, match="json serde"):
+        serdes.json().serialize("t", "\ud800")  # a lone surrogate is not UTF-8

@@ -12,10 +12,13 @@ User-defined formats go through :meth:`Serde.of`::
 from __future__ import annotations
 
 import json as _json
+import re
 import struct
 import uuid as _uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from fluvial.errors import SerializationError
 from fluvial.records import Window, Windowed
@@ -205,19 +208,62 @@ def bytes_() -> Serde[bytes]:
 byte_array = bytes_
 
 
+# orjson writes what the standard library writes (sorted keys, compact separators, UTF-8 kept
+# as is) for everything but a few floats and NaN/Infinity, and rejects what it cannot write the
+# same way (integers beyond 64 bits, non-string keys, subclasses of the built-in types), so
+# those go through the standard library instead and the bytes never change:
+# - floats below 1e-4: the standard library writes ``1e-05``, orjson ``1e-5`` or ``0.00001``;
+# - NaN and Infinity: the standard library writes ``NaN``/``Infinity``, orjson ``null``.
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+_MAYBE_DIFFERENT = re.compile(rb"null|0\.0000|e-[0-9](?![0-9])").search
+# orjson reads integers beyond 64 bits as floats, the standard library as ints: numbers of 19
+# digits or more are read by the standard library.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}").search
+_orjson_dumps = orjson.dumps
+_orjson_loads = orjson.loads
+_OrjsonEncodeError = orjson.JSONEncodeError
+_OrjsonDecodeError = orjson.JSONDecodeError
+
+
+def _stdlib_json_bytes(obj: Any) -> bytes:
+    return _json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def _json_bytes(obj: Any) -> bytes:
+    try:
+        data = _orjson_dumps(obj, option=_ORJSON_OPTIONS)
+    except _OrjsonEncodeError:
+        return _stdlib_json_bytes(obj)
+    if _MAYBE_DIFFERENT(data) is None:
+        return data
+    return _stdlib_json_bytes(obj)
+
+
+def _json_object(data: bytes) -> Any:
+    if _LONG_NUMBER(data) is None:
+        try:
+            return _orjson_loads(data)
+        except _OrjsonDecodeError:
+            pass  # what orjson refuses (NaN, lone surrogates, 1e400), the standard library reads
+    return _json.loads(bytes(data).decode("utf-8"))
+
+
 def json() -> Serde[Any]:
     """Compact UTF-8 JSON with sorted keys.
 
     Sorted keys and fixed separators make equal objects serialize to equal bytes, which matters
     for keys: two dicts that compare equal must land in the same partition and store slot.
+    The bytes are those of ``json.dumps(obj, separators=(",", ":"), sort_keys=True,
+    ensure_ascii=False)``; orjson writes them where it writes the same.
     """
-
-    def ser(obj: Any) -> bytes:
-        return _json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode(
-            "utf-8"
-        )
-
-    return Serde(ser, lambda data: _json.loads(bytes(data).decode("utf-8")), "json")
+    return Serde(_json_bytes, _json_object, "json")
 
 
 def uuid() -> Serde[_uuid.UUID]:

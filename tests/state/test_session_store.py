@@ -7,17 +7,14 @@ import struct
 import pytest
 
 from fluvial import serdes
-from fluvial.errors import ConfigError
 from fluvial.records import Window, Windowed
 from fluvial.state import (
     ChangelogRecord,
-    InMemorySessionStore,
     RocksDBSessionStore,
     SessionEntry,
     TypedSessionStore,
     parse_session_store_key,
     session_store_key,
-    session_store_supplier,
 )
 
 
@@ -242,15 +239,3 @@ def test_typed_session_store_uses_windowed_keys(make_session):
     assert list(store.fetch_range("b", "c")) == [(Windowed("bob", Window(15, 15)), 1)]
     store.remove(Windowed("alice", Window(10, 20)))
     assert list(store.fetch("alice")) == []
-
-
-def test_session_store_supplier(tmp_path):
-    memory = session_store_supplier("sessions", persistent=False, retention_ms=5000)
-    assert memory.kind == "session" and memory.retention_ms == 5000
-    store = memory.get()
-    assert isinstance(store, InMemorySessionStore)
-    assert store is not memory.get()
-    persistent = session_store_supplier("sessions", retention_ms=5000)
-    assert isinstance(persistent.get(), RocksDBSessionStore)
-    with pytest.raises(ConfigError, match="must not be negative"):
-        session_store_supplier("bad", retention_ms=-1)

@@ -20,7 +20,6 @@ from fluvial.state import (
     TransactionalVersionedKeyValueStore,
     TransactionalWindowStore,
     VersionedRecord,
-    find_transactional,
     parse_window_store_key,
 )
 
@@ -122,8 +121,6 @@ def test_composes_under_timestamped_and_caching_layers(make_kv, attach_changelog
     store.flush()  # the cache flushes into the transaction, not into the store
     assert inner.get(b"a") is None
     assert log == [ChangelogRecord(b"a", b"v", 7)], "plain value, record timestamp"
-    assert find_transactional(store) is tx
-    assert find_transactional(inner) is None
     tx.commit(3)
     assert store.get(b"a") == (b"v", 7)
     assert inner.committed_offset == 3

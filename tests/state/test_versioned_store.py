@@ -11,11 +11,8 @@ from fluvial.state import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
     ChangelogRecord,
-    InMemoryVersionedKeyValueStore,
-    RocksDBVersionedKeyValueStore,
     TypedVersionedKeyValueStore,
     VersionedRecord,
-    versioned_key_value_store_supplier,
 )
 
 
@@ -199,7 +196,7 @@ def test_history_stream_time_and_offset_survive_reopen(make_versioned):
     assert reopened.put(b"k", b"late", 3000) == PUT_RETURN_CODE_NOT_PUT
 
 
-def test_typed_versioned_store_and_supplier(make_versioned):
+def test_typed_versioned_store(make_versioned):
     store = TypedVersionedKeyValueStore(
         make_versioned(history_retention_ms=10_000), serdes.string(), serdes.long()
     )
@@ -209,9 +206,3 @@ def test_typed_versioned_store_and_supplier(make_versioned):
     assert store.get("a", 15) == VersionedRecord(1, 10, 20)
     assert store.delete("a", 30) == VersionedRecord(2, 20, None)
     assert store.get("a") is None
-
-    memory = versioned_key_value_store_supplier("v", persistent=False, history_retention_ms=60)
-    assert memory.kind == "versioned" and memory.history_retention_ms == 60
-    assert isinstance(memory.get(), InMemoryVersionedKeyValueStore)
-    persistent = versioned_key_value_store_supplier("v", history_retention_ms=60)
-    assert isinstance(persistent.get(), RocksDBVersionedKeyValueStore)

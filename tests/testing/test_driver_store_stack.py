@@ -4,7 +4,6 @@ layer, whose writes each commit applies."""
 from __future__ import annotations
 
 from fluvial import Materialized, StreamsBuilder, serdes
-from fluvial.state.transactional import find_transactional
 from fluvial.testing import TopologyTestDriver
 
 S = serdes.string()
@@ -17,7 +16,7 @@ def test_driver_commits_rocksdb_stores_through_their_transactional_layer() -> No
     ).to_stream().to("out", value_serde=serdes.long())
     with TopologyTestDriver(builder.build(), store_type="rocksdb") as driver:
         inp = driver.create_input_topic("in", S, S)
-        layer = find_transactional(driver.get_state_store("counts"))
+        layer = driver.get_store_stack("counts").transactional
         assert layer is not None, "the driver's RocksDB store has the runtime's layer"
         inp.pipe_input("a", "x", timestamp_ms=1)
         inp.pipe_input("a", "y", timestamp_ms=2)
@@ -34,7 +33,7 @@ def test_without_auto_commit_writes_wait_in_the_layer_until_commit() -> None:
     ).to_stream().to("out", value_serde=serdes.long())
     with TopologyTestDriver(builder.build(), store_type="rocksdb", auto_commit=False) as driver:
         inp = driver.create_input_topic("in", S, S)
-        layer = find_transactional(driver.get_state_store("counts"))
+        layer = driver.get_store_stack("counts").transactional
         assert layer is not None
         inp.pipe_input("a", "x", timestamp_ms=1)
         assert layer.uncommitted_count == 1

@@ -90,8 +90,8 @@ def _print_run(run: dict[str, Any]) -> None:
         return
     if run["mode"] == "throughput":
         console.print(
-            f"{head}  {run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  "
-            f"cpu {run['cpu_s_per_million']:7.1f} s/M  rss {run['peak_rss_mb']:6.0f} MiB  "
+            f"{head}  cpu {run['cpu_s_per_million']:6.2f} µs/rec  "
+            f"{run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  rss {run['peak_rss_mb']:6.0f} MiB  "
             f"in {run['input_committed']:,}/{run['input_records']:,}  "
             f"out {run['output_records']:,}  (startup {run['startup_s']:.1f} s)",
             highlight=False,
@@ -256,12 +256,48 @@ def setup_peers(
     from fluvial.bench.setup import setup_all
 
     chosen = [
-        p for p in _systems("local", peers) if p in PEER_NAMES and not p.startswith("spark-ss")
+        p
+        for p in _systems("local", peers)
+        if p in PEER_NAMES and not p.startswith(("spark-ss", "ceiling"))
     ]
     table = Table("peer", "status")
     for peer, status in setup_all(chosen).items():
         table.add_row(peer, status)
     Console().print(table)
+
+
+@bench_app.command("hotpath")
+def hotpath(
+    workload: Annotated[str, typer.Option(help="figure2, passthrough or windowed")] = "figure2",
+    records: Records = 200_000,
+    commit_every: Annotated[int, typer.Option(help="Input records per commit")] = 2_000,
+    repeat: Annotated[int, typer.Option(help="Runs; the report gives each and the best")] = 3,
+    cache_max_bytes: Annotated[int, typer.Option(help="Record cache budget (0: off)")] = 0,
+    json_out: JsonOut = None,
+) -> None:
+    """fluvial's own CPU per input record, in this process: tasks, stores and commit steps
+    without a broker (see fluvial/bench/hotpath.py). The output digest pins the results."""
+    from fluvial.bench.hotpath import run_hotpath
+
+    if workload not in WORKLOADS:
+        raise typer.BadParameter(f"unknown workload {workload!r}: use {', '.join(WORKLOADS)}")
+    runs = []
+    for _ in range(repeat):
+        run = run_hotpath(workload, records, commit_every, cache_max_bytes=cache_max_bytes)
+        runs.append(run)
+        console.print(
+            f"{workload}: {run['cpu_us_per_record']:6.2f} µs/record CPU  "
+            f"({run['records']:,} records, {run['cpu_s']:.2f} s CPU, {run['wall_s']:.2f} s wall)  "
+            f"out {run['output_records']:,}  changelog {run['changelog_records']:,}  "
+            f"digest {run['output_digest']}",
+            highlight=False,
+        )
+    best = min(r["cpu_us_per_record"] for r in runs)
+    console.print(f"best: {best:.2f} µs/record", highlight=False)
+    if json_out is not None:
+        data = {"environment": describe(), "runs": runs, "best_cpu_us_per_record": best}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 @bench_app.command("hotspots")

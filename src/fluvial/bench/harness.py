@@ -54,9 +54,54 @@ STOP_TIMEOUT_S = 60.0
 MULTI_HOP = {"figure2"}
 
 
+class Pinning:
+    """Which CPUs the system under test runs on, and which the broker and the harness use.
+
+    On a machine of two or more CPUs with ``taskset``, the system under test gets CPU 0 and the
+    private broker (every thread) and the harness's own producer and monitor get the others, so
+    that the system's CPU time is its own work and not the broker's, and neither steals the
+    other's core. Otherwise nothing is pinned and the report says so.
+    """
+
+    def __init__(self) -> None:
+        self.taskset = shutil.which("taskset")
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.active = self.taskset is not None and len(cpus) >= 2
+        self.app_cpus = str(cpus[0]) if self.active else ""
+        self.other_cpus = ",".join(str(c) for c in cpus[1:]) if self.active else ""
+        self.broker_pinned = False
+
+    def pin_process(self, pid: int) -> None:
+        """Move every thread of ``pid`` to the CPUs beside the system under test's."""
+        if self.active:
+            subprocess.run(
+                [self.taskset, "-a", "-p", "-c", self.other_cpus, str(pid)],
+                check=True, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """``cmd`` started on the system under test's CPU (its children inherit it)."""
+        return [self.taskset, "-c", self.app_cpus, *cmd] if self.active else cmd
+
+    def describe(self) -> dict[str, Any]:
+        if not self.active:
+            return {"pinned": False, "reason": "needs taskset and at least 2 CPUs"}
+        return {
+            "pinned": True,
+            "system_cpus": self.app_cpus,
+            "broker_cpus": self.other_cpus if self.broker_pinned else "not pinned (external)",
+            "harness_cpus": self.other_cpus,
+        }
+
+
+PINNING = Pinning()
+
+
 @contextlib.contextmanager
 def kafka(bootstrap_servers: str | None = None) -> Iterator[str]:
     """The given cluster, or a private local Kafka on a free port in a temporary directory."""
+    # The harness's own threads (pre-loading producer, monitor) stay off the system's CPU.
+    PINNING.pin_process(os.getpid())
     if bootstrap_servers:
         yield bootstrap_servers
         return
@@ -64,6 +109,10 @@ def kafka(bootstrap_servers: str | None = None) -> Iterator[str]:
         tempfile.TemporaryDirectory(prefix="fluvial-bench-kafka-") as data_dir,
         LocalKafka(data_dir, port=free_port(), heap=BENCH_BROKER_HEAP) as cluster,
     ):
+        pid = cluster.pid(1)
+        if pid is not None:
+            PINNING.pin_process(pid)
+            PINNING.broker_pinned = PINNING.active
         yield cluster.bootstrap_servers
 
 
@@ -163,7 +212,7 @@ class Launched:
             # A session of its own, so that stopping it reaches every process it started
             # (Spark's JVM and Python workers) and nothing else.
             self.proc = subprocess.Popen(
-                cmd, env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
+                PINNING.wrap(cmd), env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=spec.work_dir,
             )  # fmt: skip
         self.tree = ProcessTree(self.proc.pid)
@@ -228,6 +277,7 @@ def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
         "partitions": spec.partitions,
         "version": system.version(),
         "config": system.config(spec),
+        "pinning": PINNING.describe(),
         "status": "ok",
     }
 
@@ -273,6 +323,7 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
             startup_s=first - launched.launched_at,
             cpu_s=cpu,
             cpu_s_per_million=cpu / spec.records * 1e6,
+            cpu_us_per_record=cpu / spec.records * 1e6,
             peak_rss_mb=launched.tree.peak_rss / 2**20,
             input_records=expected,
             input_committed=progress.last_committed,

@@ -212,6 +212,50 @@ class FaustSystem(QuixSystem):
         return setup.peer_version("faust")
 
 
+class CeilingSystem(System):
+    """The hand-written loop (``peers/ceiling_app.py``): what Figure 2's work costs in Python.
+
+    ``ceiling`` parses JSON with orjson, ``ceiling-json`` with the standard library.
+    """
+
+    def __init__(self, json_library: str = "orjson") -> None:
+        self.json_library = json_library
+        self.name = "ceiling" if json_library == "orjson" else "ceiling-json"
+
+    def unsupported(self, spec: RunSpec) -> str | None:
+        if spec.workload != "figure2":
+            return "the hand-written ceiling exists for figure2 only"
+        return None
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        settings = {
+            "bootstrap": spec.bootstrap,
+            "group": spec.app_id,
+            "input": spec.input_topic,
+            "output": spec.output_topic,
+            "exactly_once": spec.exactly_once,
+            "commit_ms": spec.commit_ms,
+            "partitions": spec.partitions,
+            "json": self.json_library,
+        }
+        return [sys.executable, str(PEERS / "ceiling_app.py"), json.dumps(settings)], {}
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "processing_guarantee": spec.guarantee,
+            "commit_interval_ms": spec.commit_ms,
+            "json": self.json_library,
+            "state": "a dict (changelog records written, never read back)",
+        }
+
+    def version(self) -> str:
+        if self.json_library == "orjson":
+            import orjson
+
+            return f"hand-written loop, orjson {orjson.__version__}"
+        return "hand-written loop, stdlib json"
+
+
 class SparkStructuredStreamingSystem(System):
     name = "spark-ss"
     offsets = "progress-file"
@@ -298,6 +342,10 @@ def make_system(name: str) -> System:
         return QuixSystem()
     if name == "faust":
         return FaustSystem()
+    if name == "ceiling":
+        return CeilingSystem("orjson")
+    if name == "ceiling-json":
+        return CeilingSystem("json")
     if name == "spark-ss":
         return SparkStructuredStreamingSystem()
     if name == "spark-ss-eos":
@@ -306,9 +354,12 @@ def make_system(name: str) -> System:
 
 
 ALL_SYSTEMS = (
-    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos"
+    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
+    "ceiling", "ceiling-json",
 )  # fmt: skip
-PEER_NAMES = ("kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos")
+PEER_NAMES = (
+    "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos", "ceiling", "ceiling-json"
+)  # fmt: skip
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import Any
 from fluvial.config import to_millis
 from fluvial.errors import StreamsError
 from fluvial.serdes import Serde
-from fluvial.state.base import KeyValueStore, StateStore, WindowStore
+from fluvial.state.base import ChangeListener, KeyValueStore, StateStore, WindowStore
 from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
@@ -22,6 +22,7 @@ from fluvial.state.session import InMemorySessionStore, SessionStore
 from fluvial.state.timestamped import TimestampedKeyValueStore
 from fluvial.state.transactional import (
     TransactionalKeyValueStore,
+    TransactionalStore,
     TransactionalVersionedKeyValueStore,
 )
 from fluvial.state.transactional_windowed import TransactionalSessionStore, TransactionalWindowStore
@@ -46,13 +47,61 @@ from fluvial.topology.nodes import (
 )
 
 
-def _transactional_layer(store: StateStore) -> StateStore:
-    """A persistent bytes store under a transactional layer (see
-    :mod:`fluvial.state.transactional`): its writes reach disk only once committed. In-memory
-    stores are returned as they are: a crash loses them whole, so nothing uncommitted survives.
+class StoreStack:
+    """One task's store as built, bottom up, with every layer named.
+
+    - ``bottom``: the bytes store that holds the data (RocksDB or in memory);
+    - ``transactional``: the layer that keeps uncommitted writes out of ``bottom`` until commit
+      (persistent stores; see :mod:`fluvial.state.transactional`), or ``None``;
+    - ``cache``: the record cache, when the store has one;
+    - ``raw``: the outermost layer holding the store's own bytes (a timestamped view decodes
+      them above it);
+    - ``store``: the outermost layer, which processors and queries are given.
+
+    The changelog listener is wired to ``store``: each layer below hands its writes up through
+    the listener it was given when the layer above was built.
     """
-    if not store.persistent:
-        return store
+
+    __slots__ = ("spec", "bottom", "transactional", "cache", "raw", "store")
+
+    def __init__(
+        self,
+        spec: StoreSpec,
+        bottom: StateStore,
+        transactional: TransactionalStore | None,
+        cache: StateStore | None,
+        raw: StateStore,
+        store: StateStore,
+    ) -> None:
+        self.spec = spec
+        self.bottom = bottom
+        self.transactional = transactional
+        self.cache = cache
+        self.raw = raw
+        self.store = store
+
+    def set_changelog_listener(self, listener: ChangeListener | None) -> None:
+        """Send every write's changelog record to ``listener`` (the task's changelog sender)."""
+        self.store.set_change_listener(listener)
+
+    def committed(self, changelog_offset: int | None) -> None:
+        """The Kafka commit holding this store's changelog records succeeded: make the local
+        store match it. A transactional layer writes its buffer and the offset in one synced
+        write; other stores record the offset and flush."""
+        if self.transactional is not None:
+            self.transactional.commit(changelog_offset)
+        else:
+            self.store.committed_offset = changelog_offset
+            self.store.flush()
+
+    @property
+    def commit_needed(self) -> bool:
+        """Whether the uncommitted writes reached their bound: the runtime should commit."""
+        return self.transactional is not None and self.transactional.commit_needed
+
+
+def _transactional_layer(store: StateStore) -> TransactionalStore:
+    """The transactional layer of a persistent bytes store, by store type."""
     # Versioned before key-value: a versioned store may also satisfy the key-value contract.
     if isinstance(store, VersionedKeyValueStore):
         return TransactionalVersionedKeyValueStore(store)
@@ -67,13 +116,35 @@ def _transactional_layer(store: StateStore) -> StateStore:
     )
 
 
-def create_store(
+def _bottom(spec: StoreSpec, store_type: str) -> StateStore:
+    """The bytes store of ``spec`` on the chosen backend."""
+    rocks = store_type == ROCKSDB
+    if spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
+        return RocksDBKeyValueStore(spec.name) if rocks else InMemoryKeyValueStore(spec.name)
+    if spec.kind == WINDOW:
+        assert spec.retention_ms is not None and spec.window_size_ms is not None
+        window_cls = RocksDBWindowStore if rocks else InMemoryWindowStore
+        return window_cls(spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates)
+    if spec.kind == SESSION:
+        assert spec.retention_ms is not None
+        if rocks:
+            return RocksDBSessionStore(spec.name, spec.retention_ms)
+        return InMemorySessionStore(spec.name, spec.retention_ms)
+    if spec.kind == VERSIONED_KEY_VALUE:
+        assert spec.history_retention_ms is not None
+        if rocks:
+            return RocksDBVersionedKeyValueStore(spec.name, spec.history_retention_ms)
+        return InMemoryVersionedKeyValueStore(spec.name, spec.history_retention_ms)
+    raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
+
+
+def create_store_stack(
     spec: StoreSpec,
     default_store_type: str,
     cache: ThreadCache | None,
     *,
     transactional: bool = True,
-) -> StateStore:
+) -> StoreStack:
     """A fresh, unopened store for one task, built bottom up: the bytes store, its
     transactional layer when persistent, a record cache when the spec asks for one, and a
     timestamped view for timestamped key-value stores. The runtime and the test driver both
@@ -81,49 +152,36 @@ def create_store(
 
     All caches of a task share ``cache``'s byte budget; ``None`` (or a zero budget) turns
     caching off. ``transactional=False`` leaves out the transactional layer (GlobalKTable
-    stores: rebuilt from their topic, never committed).
+    stores: rebuilt from their topic, never committed). In-memory stores never get one: a
+    crash loses them whole, so nothing uncommitted survives.
     """
-
-    def transactional_layer(store: StateStore) -> StateStore:
-        return _transactional_layer(store) if transactional else store
-
     store_type = spec.store_type or default_store_type
     if store_type not in STORE_TYPES:
         raise ValueError(f"unknown store type {store_type!r}: use one of {', '.join(STORE_TYPES)}")
-    cached = spec.caching_enabled and cache is not None and cache.max_bytes > 0
-    if spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
-        kv: Any = transactional_layer(
-            RocksDBKeyValueStore(spec.name)
-            if store_type == ROCKSDB
-            else InMemoryKeyValueStore(spec.name)
-        )
-        if cached:
-            kv = CachingKeyValueStore(kv, cache=cache)
-        return TimestampedKeyValueStore(kv) if spec.kind == TIMESTAMPED_KEY_VALUE else kv
-    if spec.kind == WINDOW:
-        assert spec.retention_ms is not None and spec.window_size_ms is not None
-        window_cls = RocksDBWindowStore if store_type == ROCKSDB else InMemoryWindowStore
-        ws: Any = transactional_layer(
-            window_cls(spec.name, spec.retention_ms, spec.window_size_ms, spec.retain_duplicates)
-        )
-        if cached and not spec.retain_duplicates:
-            ws = CachingWindowStore(ws, cache=cache)
-        return ws  # type: ignore[no-any-return]
-    if spec.kind == SESSION:
-        # No session cache yet: every session update is written (and forwarded) at once.
-        assert spec.retention_ms is not None
-        if store_type == ROCKSDB:
-            return transactional_layer(RocksDBSessionStore(spec.name, spec.retention_ms))
-        return InMemorySessionStore(spec.name, spec.retention_ms)
-    if spec.kind == VERSIONED_KEY_VALUE:
-        # Versioned stores are never cached: an as-of read must see every version.
-        assert spec.history_retention_ms is not None
-        if store_type == ROCKSDB:
-            return transactional_layer(
-                RocksDBVersionedKeyValueStore(spec.name, spec.history_retention_ms)
-            )
-        return InMemoryVersionedKeyValueStore(spec.name, spec.history_retention_ms)
-    raise ValueError(f"store {spec.name!r} has unknown kind {spec.kind!r}")
+    bottom = _bottom(spec, store_type)
+    layer = _transactional_layer(bottom) if transactional and bottom.persistent else None
+    raw: Any = layer if layer is not None else bottom
+    caching = spec.caching_enabled and cache is not None and cache.max_bytes > 0
+    cached: StateStore | None = None
+    # Session stores have no cache yet (every update is written and forwarded at once), and
+    # versioned stores never get one: an as-of read must see every version.
+    if caching and spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
+        raw = cached = CachingKeyValueStore(raw, cache=cache)
+    elif caching and spec.kind == WINDOW and not spec.retain_duplicates:
+        raw = cached = CachingWindowStore(raw, cache=cache)
+    store: StateStore = TimestampedKeyValueStore(raw) if spec.kind == TIMESTAMPED_KEY_VALUE else raw
+    return StoreStack(spec, bottom, layer, cached, raw, store)
+
+
+def create_store(
+    spec: StoreSpec,
+    default_store_type: str,
+    cache: ThreadCache | None,
+    *,
+    transactional: bool = True,
+) -> StateStore:
+    """The outermost layer of :func:`create_store_stack`, for callers that need no other."""
+    return create_store_stack(spec, default_store_type, cache, transactional=transactional).store
 
 
 def is_cached(store: StateStore) -> bool:

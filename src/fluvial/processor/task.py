@@ -32,7 +32,7 @@ from fluvial.processor.metrics import (
 )
 from fluvial.processor.nodes import SinkProcessor, SourceProcessor
 from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
-from fluvial.processor.stores import create_store, typed_view
+from fluvial.processor.stores import StoreStack, create_store_stack, typed_view
 from fluvial.records import Record
 from fluvial.state.base import ChangelogRecord, StateStore
 from fluvial.state.caching import ThreadCache, discard_caches
@@ -107,11 +107,15 @@ class StreamTask:
         self.cache = ThreadCache(int(config.cache_max_bytes))
         self._specs = {spec.name: spec for spec in subtopology.stores}
         self._changelogs = subtopology.changelog_topics()
-        self.stores: dict[str, StateStore] = {
-            spec.name: create_store(
+        # Each store built once, bottom up, with its layers named (processor/stores.py).
+        self.store_stacks: dict[str, StoreStack] = {
+            spec.name: create_store_stack(
                 spec, self.default_store_type, self.cache, transactional=transactional
             )
             for spec in subtopology.stores
+        }
+        self.stores: dict[str, StateStore] = {
+            name: stack.store for name, stack in self.store_stacks.items()
         }
         # GlobalKTable stores: owned and updated by the global task, read here.
         self.global_stores: dict[str, StateStore] = dict(global_stores or {})
@@ -131,11 +135,11 @@ class StreamTask:
         """Open every store. The runtime restores changelogs after this and before initialize()."""
         if self._stores_open:
             return
-        for name, store in self.stores.items():
-            store.init(self._store_dir())
+        for name, stack in self.store_stacks.items():
+            stack.store.init(self._store_dir())
             topic = self._changelogs.get(name)
             if topic is not None:
-                store.set_change_listener(self._changelog_sender(topic))
+                stack.set_changelog_listener(self._changelog_sender(topic))
         self._stores_open = True
 
     def restore(self, store_name: str, records: Iterable[ChangelogRecord]) -> None:

@@ -35,8 +35,6 @@ from fluvial.processor.task import StreamTask
 from fluvial.records import Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.state.base import StateStore, from_timestamped_bytes
-from fluvial.state.timestamped import TimestampedKeyValueStore
-from fluvial.state.transactional import find_transactional
 from fluvial.topology.nodes import (
     KEY_VALUE,
     SESSION,
@@ -252,20 +250,17 @@ class TaskSource(Protocol):
 
 def _bytes_store(task: StreamTask, info: StoreInfo, isolation: str) -> StateStore:
     """The bytes-level store to read: above or below the transactional layer."""
-    store: StateStore = task.stores[info.name]
-    if isinstance(store, TimestampedKeyValueStore):
-        store = store.inner  # read raw timestamped bytes; decoding strips the timestamp
+    stack = task.store_stacks[info.name]
     if isolation == LATEST:
-        return store
-    layer = find_transactional(store)
-    if layer is None:
+        # Under a timestamped view: read raw timestamped bytes; decoding strips the timestamp.
+        return stack.raw
+    if stack.transactional is None:
         raise QueryError(
             f"store {info.name!r} is in memory: it keeps no committed copy apart from its "
             "uncommitted writes, so it answers isolation=latest only (or materialize it in "
             "RocksDB for committed reads)"
         )
-    inner: StateStore = layer.inner
-    return inner
+    return stack.bottom
 
 
 def read_task(

@@ -21,7 +21,6 @@ from typing import IO
 
 from fluvial.errors import StreamsError
 from fluvial.processor.task import StreamTask
-from fluvial.state.transactional import find_transactional
 
 
 class TaskState:
@@ -46,22 +45,14 @@ class TaskState:
     def committed(self, changelog_end: dict[tuple[str, int], int]) -> None:
         """The Kafka transaction (or ALOS commit) succeeded: make the local state match it."""
         partitions = self.task.changelog_partitions()
-        for name, store in self.task.stores.items():
+        for name, stack in self.task.store_stacks.items():
             tp = partitions.get(name)
             last = changelog_end.get(tp) if tp is not None else None
-            offset = last + 1 if last is not None else store.committed_offset
-            layer = find_transactional(store)
-            if layer is not None:
-                layer.commit(offset)  # data and offset land in one write batch
-            else:
-                store.committed_offset = offset
-            store.flush()
+            # Data and offset land in one synced write (see StoreStack.committed).
+            stack.committed(last + 1 if last is not None else stack.store.committed_offset)
 
     def uncommitted_full(self) -> bool:
-        return any(
-            layer is not None and layer.commit_needed
-            for layer in (find_transactional(s) for s in self.task.stores.values())
-        )
+        return any(stack.commit_needed for stack in self.task.store_stacks.values())
 
     def close(self, *, clean: bool = True) -> None:
         # Closing a transactional store drops uncommitted writes, as a crash would. The task

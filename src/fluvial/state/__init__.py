@@ -27,13 +27,6 @@ from fluvial.state.caching import (
     WindowFlushListener,
 )
 from fluvial.state.caching_session import CachingSessionStore, SessionFlushListener
-from fluvial.state.checkpoint import (
-    CHECKPOINT_FILE_NAME,
-    CheckpointError,
-    delete_checkpoint,
-    read_checkpoint,
-    write_checkpoint,
-)
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.rocksdb_session import RocksDBSessionStore
@@ -45,20 +38,12 @@ from fluvial.state.session import (
     parse_session_store_key,
     session_store_key,
 )
-from fluvial.state.suppliers import (
-    StoreSupplier,
-    key_value_store_supplier,
-    session_store_supplier,
-    versioned_key_value_store_supplier,
-    window_store_supplier,
-)
 from fluvial.state.timestamped import TimestampedKeyValueStore
 from fluvial.state.transactional import (
     DEFAULT_MAX_UNCOMMITTED_BYTES,
     TransactionalKeyValueStore,
     TransactionalStore,
     TransactionalVersionedKeyValueStore,
-    find_transactional,
 )
 from fluvial.state.transactional_windowed import (
     TransactionalSessionStore,
@@ -81,13 +66,11 @@ from fluvial.state.versioned import (
 )
 
 __all__ = [
-    "CHECKPOINT_FILE_NAME",
     "CachingKeyValueStore",
     "CachingSessionStore",
     "CachingWindowStore",
     "ChangeListener",
     "ChangelogRecord",
-    "CheckpointError",
     "DEFAULT_MAX_UNCOMMITTED_BYTES",
     "FlushListener",
     "InMemoryKeyValueStore",
@@ -106,7 +89,6 @@ __all__ = [
     "SessionFlushListener",
     "SessionStore",
     "StateStore",
-    "StoreSupplier",
     "ThreadCache",
     "TimestampedKeyValueStore",
     "TransactionalKeyValueStore",
@@ -124,18 +106,10 @@ __all__ = [
     "VersionedRecord",
     "WindowFlushListener",
     "WindowStore",
-    "delete_checkpoint",
-    "find_transactional",
     "from_timestamped_bytes",
-    "key_value_store_supplier",
     "parse_session_store_key",
     "parse_window_store_key",
-    "read_checkpoint",
     "session_store_key",
-    "session_store_supplier",
     "to_timestamped_bytes",
-    "versioned_key_value_store_supplier",
     "window_store_key",
-    "window_store_supplier",
-    "write_checkpoint",
 ]

@@ -54,6 +54,8 @@ class TransactionalStore:
         if max_uncommitted_bytes <= 0:
             raise ValueError(f"max_uncommitted_bytes must be positive, got {max_uncommitted_bytes}")
         self.inner = inner
+        # Whether the store holds restored data or an offset that no sync has covered yet.
+        self._unsynced = False
         self.max_uncommitted_bytes = max_uncommitted_bytes
         self.uncommitted_bytes = 0
         # Last write per store key, in write order (re-writing a key moves it to the end).
@@ -66,7 +68,9 @@ class TransactionalStore:
 
         Call it once the Kafka transaction holding the buffer's changelog records committed.
         """
+        # One atomic write of data and offset, synced: the only sync of a commit.
         self.inner.apply_committed(list(self._pending.values()), changelog_offset)
+        self._unsynced = False
         self._drop(committed=True)
 
     def abort(self) -> None:
@@ -101,6 +105,7 @@ class TransactionalStore:
                 "offset with commit(offset), which applies them together with it"
             )
         self.inner.committed_offset = offset
+        self._unsynced = True
 
     @property
     def is_open(self) -> bool:
@@ -108,11 +113,18 @@ class TransactionalStore:
 
     def init(self, state_dir: Path | None = None) -> None:
         self.inner.init(state_dir)
+        self._unsynced = False
         self._drop(committed=False)
 
     def flush(self) -> None:
-        """Make committed state durable; uncommitted writes stay buffered until :meth:`commit`."""
-        self.inner.flush()
+        """Make committed state durable; uncommitted writes stay buffered until :meth:`commit`.
+
+        :meth:`commit` already syncs the store with its offset, so a flush in the commit cycle
+        has nothing to do; only a restore or a recorded offset since then is synced here.
+        """
+        if self._unsynced:
+            self.inner.flush()
+            self._unsynced = False
 
     def close(self) -> None:
         """Close without committing: uncommitted writes are dropped, as in a crash."""
@@ -132,6 +144,7 @@ class TransactionalStore:
                 "processing, or abort first"
             )
         self.inner.restore(records)
+        self._unsynced = True
         self._drop(committed=False)
 
     def apply_committed(
@@ -140,6 +153,7 @@ class TransactionalStore:
         self.restore(records)
         self.committed_offset = committed_offset
         self.inner.flush()
+        self._unsynced = False
 
     # -- for the wrappers --------------------------------------------------------------------
 
@@ -169,15 +183,6 @@ class TransactionalStore:
 
 def _size(record: ChangelogRecord) -> int:
     return len(record.key) + (len(record.value) if record.value is not None else 0) + ENTRY_OVERHEAD
-
-
-def find_transactional(store: Any) -> TransactionalStore | None:
-    """The transactional layer of a wrapped store (through caches and timestamped views)."""
-    while store is not None:
-        if isinstance(store, TransactionalStore):
-            return store
-        store = store.__dict__.get("inner")
-    return None
 
 
 class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):

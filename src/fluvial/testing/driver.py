@@ -21,12 +21,12 @@ from typing import Any
 from fluvial.config import StreamsConfig, to_millis
 from fluvial.processor.collector import ConsumedRecord, Headers
 from fluvial.processor.metrics import combine
+from fluvial.processor.stores import StoreStack
 from fluvial.processor.task import StreamTask
 from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.state.base import StateStore, WindowStore
 from fluvial.state.session import SessionStore
-from fluvial.state.transactional import find_transactional
 from fluvial.state.typed import (
     ReadOnlyKeyValueStore,
     TypedSessionStore,
@@ -214,14 +214,12 @@ class TopologyTestDriver:
         apply their buffered writes together with the changelog offset they reach."""
         for task in self.tasks:
             changelogs = task.subtopology.changelog_topics()
-            for name, store in task.stores.items():
-                layer = find_transactional(store)
-                if layer is None:
+            for name, stack in task.store_stacks.items():
+                if stack.transactional is None:
                     continue
                 topic = changelogs.get(name)
                 offset = self._offsets.get(topic) if topic is not None else None
-                layer.commit(offset if offset is not None else store.committed_offset)
-                store.flush()
+                stack.committed(offset if offset is not None else stack.store.committed_offset)
 
     # -- stores -----------------------------------------------------------------------------
     def _find_store(self, name: str) -> tuple[StoreSpec, StateStore, str | None]:
@@ -272,6 +270,13 @@ class TopologyTestDriver:
     def get_state_store(self, name: str) -> StateStore:
         """The task's bytes-level store itself (for store-level assertions)."""
         return self._find_store(name)[1]
+
+    def get_store_stack(self, name: str) -> StoreStack:
+        """Every layer of a store as the task built it (bytes store, transactional layer, cache)."""
+        for task in self.tasks:
+            if name in task.store_stacks:
+                return task.store_stacks[name]
+        raise KeyError(f"no state store named {name!r}; stores: {sorted(self.topology.stores)}")
 
     def changelog(self, store_name: str) -> list[RawRecord]:
         """Every changelog record written for a store so far, as raw bytes."""

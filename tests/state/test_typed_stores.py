@@ -1,4 +1,4 @@
-"""Typed facades (objects over bytes stores) and store suppliers."""
+"""Typed facades: objects over bytes stores."""
 
 from __future__ import annotations
 
@@ -8,18 +8,12 @@ from fluvial import serdes
 from fluvial.errors import SerializationError
 from fluvial.records import Window, Windowed
 from fluvial.state import (
-    InMemoryKeyValueStore,
-    InMemoryWindowStore,
     ReadOnlyKeyValueStore,
-    RocksDBKeyValueStore,
-    RocksDBWindowStore,
     TimestampedKeyValueStore,
     TypedKeyValueStore,
     TypedTimestampedKeyValueStore,
     TypedWindowStore,
     ValueAndTimestamp,
-    key_value_store_supplier,
-    window_store_supplier,
 )
 
 
@@ -96,64 +90,3 @@ def test_typed_window_store_gives_windowed_keys(make_window):
         (Windowed("k", Window(100, 200)), 2),
     ]
     assert [w for w, _ in store.all()][0] == Windowed("k", Window(0, 100))
-
-
-@pytest.mark.parametrize("persistent", [False, True])
-def test_key_value_supplier_makes_fresh_stores_of_the_right_backend(persistent, tmp_path):
-    supplier = key_value_store_supplier("counts", persistent)
-    assert (supplier.name, supplier.persistent, supplier.kind) == (
-        "counts",
-        persistent,
-        "key_value",
-    )
-    first, second = supplier.get(), supplier.get()
-    assert first is not second
-    assert isinstance(first, RocksDBKeyValueStore if persistent else InMemoryKeyValueStore)
-    assert first.name == "counts" and first.persistent is persistent
-    first.init(tmp_path / "task-0")
-    first.put(b"k", b"v")
-    second.init(tmp_path / "task-1")
-    assert second.get(b"k") is None, "each task gets its own store"
-    first.close()
-    second.close()
-
-
-def test_timestamped_supplier(tmp_path):
-    store = key_value_store_supplier("table", False, timestamped=True).get()
-    assert isinstance(store, TimestampedKeyValueStore)
-    assert isinstance(store.inner, InMemoryKeyValueStore)
-    store.init(None)
-    store.put(b"k", b"v", 3)
-    assert store.get(b"k") == (b"v", 3)
-
-
-@pytest.mark.parametrize("persistent", [False, True])
-def test_window_supplier(persistent):
-    supplier = window_store_supplier(
-        "windows", persistent, retention_ms=86_400_000, window_size_ms=5000
-    )
-    store = supplier.get()
-    assert isinstance(store, RocksDBWindowStore if persistent else InMemoryWindowStore)
-    assert (supplier.kind, supplier.retention_ms, supplier.window_size_ms) == (
-        "window",
-        86_400_000,
-        5000,
-    )
-    assert store.retention_ms == 86_400_000 and not store.retain_duplicates
-
-
-def test_suppliers_validate_at_build_time():
-    with pytest.raises(ValueError, match="at least window_size_ms"):
-        window_store_supplier("w", retention_ms=10, window_size_ms=100)
-    with pytest.raises(ValueError, match="store name"):
-        key_value_store_supplier("a/b")
-
-
-def test_window_supplier_accepts_timedeltas():
-    from datetime import timedelta
-
-    supplier = window_store_supplier(
-        "w", False, retention_ms=timedelta(hours=1), window_size_ms=timedelta(seconds=5)
-    )
-    assert (supplier.retention_ms, supplier.window_size_ms) == (3_600_000, 5000)
-    assert supplier.get().retention_ms == 3_600_000
