@@ -273,6 +273,15 @@ def run(
         ),
     ] = 15.0,
     client_config: ClientConfigOption = None,
+    pack: Annotated[
+        bool | None,
+        typer.Option(
+            "--pack/--no-pack",
+            help="Ship fluvial and its dependencies to the Spark executors as a packed "
+            "environment (fluvial pack; spark.archives) [default: on for cluster masters, "
+            "off for local]. --no-pack when the workers have fluvial installed",
+        ),
+    ] = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -305,7 +314,7 @@ def run(
             code = run_spark_application(
                 app_file, config, master=master, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
-                stop_timeout_s=stop_timeout_s,
+                stop_timeout_s=stop_timeout_s, pack=pack,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(
@@ -430,6 +439,44 @@ def acls(
             console.print(f"created {count} ACL(s) for {principal} on {bootstrap}")
     except FluvialError as error:
         _fail(error)
+
+
+@app.command("pack")
+def pack(
+    force: Annotated[bool, typer.Option("--force", help="Build anew even if an archive exists")] = (
+        False
+    ),
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where archives are kept [default: $FLUVIAL_PACK_DIR or ~/.cache/fluvial/pack]"
+        ),
+    ] = None,
+) -> None:
+    """Pack fluvial and its dependencies for Spark executors that lack them.
+
+    Builds a virtual environment archive (venv-pack) once and reuses it until this environment
+    changes; prints its path. `fluvial run --master spark://...` ships it by itself. For
+    spark-submit: --archives PATH#fluvial-env with PYSPARK_PYTHON=./fluvial-env/bin/python
+    (see docs/production.md).
+    """
+    from fluvial.spark.pack import ENV_NAME, ensure_packed
+
+    try:
+        packed = ensure_packed(
+            force=force, directory=output_dir, say=lambda line: console.print(line, highlight=False)
+        )
+    except FluvialError as error:
+        _fail(error)
+    console.print(
+        f"{'built' if packed.built else 'reused'} {packed.archive.name}: fluvial and "
+        f"{len(packed.distributions)} distributions; ship it with "
+        f"spark.archives={packed.archive}#{ENV_NAME} and "
+        f"PYSPARK_PYTHON={packed.executor_python}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(str(packed.archive), highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("demo")
