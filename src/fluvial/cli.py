@@ -66,6 +66,23 @@ def _client_settings(path: Path | None) -> tuple[str | None, dict[str, str]]:
         raise  # unreachable: _fail exits
 
 
+def _env_client_config_file() -> Path | None:
+    import os
+
+    from fluvial.kafka.security import CLIENT_CONFIG_ENV
+
+    value = os.environ.get(CLIENT_CONFIG_ENV)
+    return Path(value) if value else None
+
+
+def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
+    """With security settings, connect once first: a wrong password or CA fails here, clearly."""
+    from fluvial.kafka.security import check_connection, is_secured
+
+    if bootstrap and is_secured(settings):
+        check_connection(bootstrap, settings)
+
+
 def _fail(error: Exception) -> None:
     console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
@@ -542,6 +559,7 @@ def verify(
         str | None, typer.Option(help="Use this cluster instead of a private 3-broker one")
     ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the report here")] = None,
+    client_config: ClientConfigOption = None,
     differential: Annotated[
         int | None,
         typer.Option(
@@ -569,6 +587,14 @@ def verify(
     from fluvial.verify.matrix import TABLE_HEADER, report_json, run_matrix
 
     kinds = tuple(f.strip() for f in (faults or "").split(",") if f.strip()) or None
+    settings_bootstrap, settings = _client_settings(client_config)
+    if bootstrap_servers is None:
+        bootstrap_servers = settings_bootstrap
+    settings_file = client_config or _env_client_config_file()
+    try:
+        _check_secured(bootstrap_servers, settings)
+    except FluvialError as error:
+        _fail(error)
     # SIGTERM unwinds like Ctrl-C, so the run's apps and brokers are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -576,7 +602,8 @@ def verify(
             seed=seed, guarantee=guarantee, engine=engine, records=records, faults=kinds,
             fault_count=fault_count, duration_s=duration_s, timeout_s=timeout_s,
             commit_interval_ms=commit_interval_ms, spark_lease_ms=spark_lease_ms,
-            bootstrap_servers=bootstrap_servers,
+            bootstrap_servers=bootstrap_servers, client_config=settings,
+            client_config_file=settings_file,
             progress=lambda msg: console.print(f"verify: {msg}", highlight=False),
         )  # fmt: skip
     except ValueError as error:
