@@ -46,6 +46,7 @@ def without_this_environment(python: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_pack_holds_fluvial_and_its_compiled_dependencies_and_is_reused() -> None:
     names = {d.metadata["Name"].lower().replace("_", "-") for d in runtime_distributions()}
     assert {"confluent-kafka", "rocksdict", "typer"} <= names
