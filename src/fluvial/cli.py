@@ -66,6 +66,23 @@ def _client_settings(path: Path | None) -> tuple[str | None, dict[str, str]]:
         raise  # unreachable: _fail exits
 
 
+def _env_client_config_file() -> Path | None:
+    import os
+
+    from fluvial.kafka.security import CLIENT_CONFIG_ENV
+
+    value = os.environ.get(CLIENT_CONFIG_ENV)
+    return Path(value) if value else None
+
+
+def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
+    """With security settings, connect once first: a wrong password or CA fails here, clearly."""
+    from fluvial.kafka.security import check_connection, is_secured
+
+    if bootstrap and is_secured(settings):
+        check_connection(bootstrap, settings)
+
+
 def _fail(error: Exception) -> None:
     console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
@@ -273,6 +290,15 @@ def run(
         ),
     ] = 15.0,
     client_config: ClientConfigOption = None,
+    pack: Annotated[
+        bool | None,
+        typer.Option(
+            "--pack/--no-pack",
+            help="Ship fluvial and its dependencies to the Spark executors as a packed "
+            "environment (fluvial pack; spark.archives) [default: on for cluster masters, "
+            "off for local]. --no-pack when the workers have fluvial installed",
+        ),
+    ] = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -305,7 +331,7 @@ def run(
             code = run_spark_application(
                 app_file, config, master=master, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
-                stop_timeout_s=stop_timeout_s,
+                stop_timeout_s=stop_timeout_s, pack=pack,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(
@@ -432,6 +458,44 @@ def acls(
         _fail(error)
 
 
+@app.command("pack")
+def pack(
+    force: Annotated[bool, typer.Option("--force", help="Build anew even if an archive exists")] = (
+        False
+    ),
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where archives are kept [default: $FLUVIAL_PACK_DIR or ~/.cache/fluvial/pack]"
+        ),
+    ] = None,
+) -> None:
+    """Pack fluvial and its dependencies for Spark executors that lack them.
+
+    Builds a virtual environment archive (venv-pack) once and reuses it until this environment
+    changes; prints its path. `fluvial run --master spark://...` ships it by itself. For
+    spark-submit: --archives PATH#fluvial-env with PYSPARK_PYTHON=./fluvial-env/bin/python
+    (see docs/production.md).
+    """
+    from fluvial.spark.pack import ENV_NAME, ensure_packed
+
+    try:
+        packed = ensure_packed(
+            force=force, directory=output_dir, say=lambda line: console.print(line, highlight=False)
+        )
+    except FluvialError as error:
+        _fail(error)
+    console.print(
+        f"{'built' if packed.built else 'reused'} {packed.archive.name}: fluvial and "
+        f"{len(packed.distributions)} distributions; ship it with "
+        f"spark.archives={packed.archive}#{ENV_NAME} and "
+        f"PYSPARK_PYTHON={packed.executor_python}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(str(packed.archive), highlight=False, markup=False, soft_wrap=True)
+
+
 @app.command("demo")
 def demo(
     events: Annotated[int, typer.Option(help="How many page views to produce")] = 4000,
@@ -495,6 +559,7 @@ def verify(
         str | None, typer.Option(help="Use this cluster instead of a private 3-broker one")
     ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the report here")] = None,
+    client_config: ClientConfigOption = None,
     differential: Annotated[
         int | None,
         typer.Option(
@@ -522,6 +587,14 @@ def verify(
     from fluvial.verify.matrix import TABLE_HEADER, report_json, run_matrix
 
     kinds = tuple(f.strip() for f in (faults or "").split(",") if f.strip()) or None
+    settings_bootstrap, settings = _client_settings(client_config)
+    if bootstrap_servers is None:
+        bootstrap_servers = settings_bootstrap
+    settings_file = client_config or _env_client_config_file()
+    try:
+        _check_secured(bootstrap_servers, settings)
+    except FluvialError as error:
+        _fail(error)
     # SIGTERM unwinds like Ctrl-C, so the run's apps and brokers are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -529,7 +602,8 @@ def verify(
             seed=seed, guarantee=guarantee, engine=engine, records=records, faults=kinds,
             fault_count=fault_count, duration_s=duration_s, timeout_s=timeout_s,
             commit_interval_ms=commit_interval_ms, spark_lease_ms=spark_lease_ms,
-            bootstrap_servers=bootstrap_servers,
+            bootstrap_servers=bootstrap_servers, client_config=settings,
+            client_config_file=settings_file,
             progress=lambda msg: console.print(f"verify: {msg}", highlight=False),
         )  # fmt: skip
     except ValueError as error:

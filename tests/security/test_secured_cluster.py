@@ -7,6 +7,7 @@ ever shows in a log, an output, a metric or a command line.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -32,6 +33,7 @@ from tests.event_times import event_time_base_ms
 from tests.runtime.harness import (
     APP,
     Runner,
+    SparkRunner,
     check_revisions_exactly_once,
     generate_views,
     oracle_counts,
@@ -125,9 +127,33 @@ def error_within_30s(runner: Runner, marker: str) -> tuple[int, str]:
     return code, runner.output()
 
 
+def fetch(url: str) -> str:
+    """GET ``url``, retried while the server is busy (a loaded machine, a JVM starting)."""
+    answer: list[str] = []
+
+    def got() -> bool:
+        try:
+            answer.append(urllib.request.urlopen(url, timeout=15).read().decode())
+        except OSError:
+            return False
+        return True
+
+    wait_until(got, 120, f"an answer from {url}", interval_s=1)
+    return answer[-1]
+
+
+def spark_environment_tab(ui_port: int) -> str:
+    """The Spark UI's environment tab of the running driver, as its REST API serves it."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    [application] = json.loads(fetch(base))
+    return fetch(f"{base}/{application['id']}/environment")
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
 def test_figure2_least_privilege_exactly_once_under_kill_9(
-    secure_cluster: SecureCluster, unique_name, tmp_path: Path, command_lines: set[str]
-) -> None:
+    secure_cluster: SecureCluster, unique_name, tmp_path: Path, command_lines: set[str],
+    engine: str,
+) -> None:  # fmt: skip
     cluster = secure_cluster
     user = cluster.new_user("app")
     principal = f"User:{user}"
@@ -159,10 +185,24 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     views = generate_views(seed=31, count=2400, start_ms=event_time_base_ms())
     oracle, dropped = oracle_counts(views)
     assert dropped > 0
-    runner = Runner(
-        cluster.bootstrap, app_id, input_topic, output_topic, tmp_path / "state", commit_ms=300,
-        extra_env={**env, "FLUVIAL_KAFKA_CLIENT_CONFIG": str(cluster.properties_file(user))},
-    )  # fmt: skip
+    run_env = {**env, "FLUVIAL_KAFKA_CLIENT_CONFIG": str(cluster.properties_file(user))}
+    ui_port = free_port()
+    if engine == "spark":
+        # The Spark UI is on, so that its environment tab can be scanned too; executors get
+        # the settings with each lease, never as a Spark setting or on a command line.
+        run_env["FLUVIAL_SPARK_CONF"] = (
+            f"spark.ui.enabled=true,spark.ui.port={ui_port},"
+            "spark.python.worker.faulthandler.enabled=true"
+        )
+        runner: Runner = SparkRunner(
+            cluster.bootstrap, app_id, input_topic, output_topic, tmp_path / "state",
+            commit_ms=300, extra_env=run_env,
+        )  # fmt: skip
+    else:
+        runner = Runner(
+            cluster.bootstrap, app_id, input_topic, output_topic, tmp_path / "state",
+            commit_ms=300, extra_env=run_env,
+        )  # fmt: skip
     outputs: dict[str, str] = {"acls stdout": applied.stdout, "acls stderr": applied.stderr}
     rng = random.Random(31)
     metrics_port = free_port()
@@ -173,12 +213,14 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
         time.sleep(rng.uniform(0.8, 2.0))
         if i // 300 in (2, 5):
             runner.wait_ready()
-            outputs[f"metrics before kill {kills}"] = (
-                urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
-                .read()
-                .decode()
+            outputs[f"metrics before kill {kills}"] = fetch(
+                f"http://127.0.0.1:{metrics_port}/metrics"
             )
             outputs[f"run output before kill {kills}"] = runner.output()
+            if engine == "spark":
+                tab = spark_environment_tab(ui_port)
+                assert "spark.redaction.regex" in tab and "sasl" in tab, tab[:2000]
+                outputs[f"Spark UI environment tab before kill {kills}"] = tab
             runner.kill9()
             kills += 1
             runner.start(prometheus_port=metrics_port)
@@ -194,6 +236,11 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
 
     try:
         wait_until(lambda: final_counts() == oracle, 180, "the output to reach the oracle")
+        if engine == "spark":
+            outputs["Spark UI environment tab"] = spark_environment_tab(ui_port)
+            leases = [e for e in runner.leases() if "slots" in e]  # type: ignore[attr-defined]
+            assert leases, "the slots ran as Spark tasks"
+            outputs["leases.jsonl"] = json.dumps(leases)
     finally:
         outputs["final run output"] = runner.output()
         assert runner.stop() == 0, runner.output()
@@ -205,6 +252,8 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     outputs["describe"] = described.stdout + described.stderr
     outputs["command lines"] = "\n".join(sorted(command_lines))
     assert any("fluvial.cli run" in line for line in command_lines), "the sampler saw the runs"
+    if engine == "spark":
+        assert any("pyspark.daemon" in line for line in command_lines), "and Spark's workers"
     assert_no_secrets(cluster, outputs)
 
 

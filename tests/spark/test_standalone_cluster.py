@@ -8,16 +8,11 @@ the oracle.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import pyspark
 import pytest
-from tests import processes
 from tests.iq.harness import STORE, ServedRunner, ask, counts_of, in_grace_views
 from tests.runtime.harness import (
     SparkRunner,
@@ -28,77 +23,16 @@ from tests.runtime.harness import (
     read_revisions,
     wait_until,
 )
-
-from fluvial.jvm import java_executable
-from fluvial.kafka import free_port
+from tests.spark.standalone import StandaloneCluster
+from tests.spark.standalone import standalone_cluster as start_standalone_cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
-
-SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-@dataclass
-class StandaloneCluster:
-    master_url: str
-    master: subprocess.Popen[bytes]
-    workers: dict[str, subprocess.Popen[bytes]]
-    state_dirs: dict[str, Path]
 
 
 @pytest.fixture
 def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
-    java = java_executable()
-    env = {
-        **os.environ,
-        "JAVA_HOME": os.path.dirname(os.path.dirname(os.path.realpath(java))),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(tmp_path / "logs"),
-    }
-    port = free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def launch(name: str, args: list[str], extra: dict[str, str]) -> subprocess.Popen[bytes]:
-        with open(tmp_path / f"{name}.log", "wb") as log:
-            proc = processes.spawn([SPARK_CLASS, *args], env={**env, **extra}, stdout=log,
-                                   stderr=subprocess.STDOUT, what=f"Spark {name}")  # fmt: skip
-        procs.append(proc)
-        return proc
-
-    master = launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(free_port())], {})  # fmt: skip
-    workers, state_dirs = {}, {}
-    for name in ("worker-a", "worker-b"):
-        state_dirs[name] = tmp_path / name / "state"
-        workers[name] = launch(
-            name,
-            [
-                "org.apache.spark.deploy.worker.Worker",
-                master_url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--webui-port",
-                str(free_port()),
-                "--work-dir",
-                str(tmp_path / name / "work"),
-            ],  # fmt: skip
-            # Executors inherit the worker's environment: each worker, its own state directory.
-            {"FLUVIAL_EXECUTOR_STATE_DIR": str(state_dirs[name])},
-        )
-    try:
-        wait_until(
-            lambda: (tmp_path / "master.log").read_text().count("Registering worker") >= 2,
-            180,
-            "two workers to register with the master",
-        )
-        yield StandaloneCluster(master_url, master, workers, state_dirs)
-    finally:
-        for proc in reversed(procs):  # workers (and their executors) first, then the master
-            processes.stop(proc)
+    with start_standalone_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def test_executor_loss_moves_slot_and_restores_from_changelog(

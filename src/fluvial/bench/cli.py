@@ -44,6 +44,49 @@ Rate = Annotated[
 ]
 Seconds = Annotated[float, typer.Option(help="Latency mode: how long to measure")]
 Master = Annotated[str, typer.Option(help="Spark master for --engine spark and spark-ss")]
+ClientConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-config",
+        help="Kafka client settings of --bootstrap-servers' cluster (security.protocol, sasl.*, "
+        "ssl.*; librdkafka key=value lines) [default: $FLUVIAL_KAFKA_CLIENT_CONFIG], as for "
+        "fluvial run; FLUVIAL_KAFKA_CLIENT_<SETTING> variables override single settings. "
+        "Secured clusters run fluvial only, not the peers",
+    ),
+]
+
+
+def _security(
+    bootstrap: str | None, path: Path | None
+) -> tuple[str | None, dict[str, str], Path | None]:
+    """(bootstrap servers, client settings, the file fluvial's processes read them from)."""
+    import os
+
+    from fluvial.errors import FluvialError
+    from fluvial.kafka.security import (
+        CLIENT_CONFIG_ENV,
+        check_connection,
+        client_settings,
+        is_secured,
+        split_bootstrap,
+    )
+
+    try:
+        settings_bootstrap, settings = split_bootstrap(client_settings(path))
+        bootstrap = bootstrap or settings_bootstrap
+        if settings and bootstrap is None:
+            raise FluvialError(
+                "client settings are for an existing cluster: give its bootstrap servers "
+                "(--bootstrap-servers, or bootstrap.servers in the settings file)"
+            )
+        if bootstrap and is_secured(settings):
+            check_connection(bootstrap, settings)
+    except FluvialError as error:
+        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        raise typer.Exit(code=1) from None
+    chosen = path or (Path(os.environ[CLIENT_CONFIG_ENV]) if os.environ.get(CLIENT_CONFIG_ENV)
+                      else None)  # fmt: skip
+    return bootstrap, settings, chosen
 
 
 def _systems(engine: str, peers: str) -> list[str]:
@@ -119,6 +162,8 @@ def run_bench(
     seconds: float = 20.0,
     master: str = "local[2]",
     profile_dir: Path | None = None,
+    client_config: dict[str, str] | None = None,
+    client_config_file: Path | None = None,
 ) -> dict[str, Any]:
     """Run every combination; returns the results document (also written to ``json_out``)."""
     from fluvial.bench.harness import kafka, new_spec, run_latency, run_throughput
@@ -140,6 +185,8 @@ def run_bench(
                             guarantee=guarantee, commit_ms=commit_ms, bootstrap=servers,
                             work_root=Path(work), spark_master=master,
                             profile_dir=profile_dir if name.startswith("fluvial") else None,
+                            client_config=client_config,
+                            client_config_file=client_config_file,
                         )  # fmt: skip
                         if rate:
                             run = run_latency(system, spec, rate=rate, seconds=seconds)
@@ -170,11 +217,14 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
             Path | None,
             typer.Option(help="Profile fluvial with py-spy; collapsed stacks go to this folder"),
         ] = None,
+        client_config: ClientConfig = None,
     ) -> None:
+        bootstrap, settings, settings_file = _security(bootstrap_servers, client_config)
         run_bench(
             [workload], _systems(engine, peers), [guarantee], [commit_interval_ms],
-            records=records, partitions=partitions, bootstrap=bootstrap_servers,
+            records=records, partitions=partitions, bootstrap=bootstrap,
             json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
+            client_config=settings, client_config_file=settings_file,
         )  # fmt: skip
 
     command.__doc__ = f"Workload {workload}: {WORKLOADS[workload].description}."
@@ -203,15 +253,18 @@ def matrix(
     json_out: JsonOut = Path("bench-matrix.json"),
     bootstrap_servers: Bootstrap = None,
     master: Master = "local[2]",
+    client_config: ClientConfig = None,
 ) -> None:
     """Every workload at both guarantees and commit intervals 100 ms, 1 s and 30 s."""
     for w in _csv(workloads):
         if w not in WORKLOADS:
             raise typer.BadParameter(f"unknown workload {w!r}: use {', '.join(WORKLOADS)}")
+    bootstrap, settings, settings_file = _security(bootstrap_servers, client_config)
     run_bench(
         _csv(workloads), _systems(engine, peers), _csv(guarantees),
         [int(c) for c in _csv(commit_intervals)], records=records, partitions=partitions,
-        bootstrap=bootstrap_servers, json_out=json_out, master=master,
+        bootstrap=bootstrap, json_out=json_out, master=master, client_config=settings,
+        client_config_file=settings_file,
     )  # fmt: skip
 
 

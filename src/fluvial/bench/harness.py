@@ -128,6 +128,8 @@ def new_spec(
     work_root: Path,
     spark_master: str = "local[2]",
     profile_dir: Path | None = None,
+    client_config: dict[str, str] | None = None,
+    client_config_file: Path | None = None,
 ) -> RunSpec:
     token = uuid.uuid4().hex[:8]
     base = f"bench-{workload}-{system}-{token}"
@@ -147,6 +149,8 @@ def new_spec(
         work_dir=work_dir,
         spark_master=spark_master,
         profile_to=(profile_dir / f"{base}.txt") if profile_dir else None,
+        client_config=dict(client_config or {}),
+        client_config_file=client_config_file,
     )
 
 
@@ -159,13 +163,25 @@ def _create_topics(spec: RunSpec) -> dict[str, int]:
         spec.bootstrap,
         [TopicSpec(t, n) for t, n in inputs.items()]
         + [TopicSpec(spec.output_topic, spec.partitions)],
+        admin_config=spec.client_config,
     )
     return inputs
 
 
-def _producer(bootstrap: str, *, linger_ms: int) -> Producer:
+def _unsupported_security(system: System, spec: RunSpec) -> str | None:
+    """The peers take their Kafka settings in forms of their own (some on a command line, where
+    a password would show): on a secured cluster only fluvial runs."""
+    from fluvial.kafka.security import is_secured
+
+    if is_secured(spec.client_config) and not system.name.startswith("fluvial"):
+        return "peers run on plain clusters only; client security settings are for fluvial"
+    return None
+
+
+def _producer(bootstrap: str, *, linger_ms: int, settings: dict[str, str]) -> Producer:
     return Producer(
         {
+            **settings,
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             # Kafka's Java partitioner: every system sees keys where a Java producer puts them.
@@ -179,7 +195,7 @@ def _producer(bootstrap: str, *, linger_ms: int) -> Producer:
 
 def preload(spec: RunSpec) -> int:
     """Write the table rows (if any) and the stream input; returns how many records in all."""
-    producer = _producer(spec.bootstrap, linger_ms=20)
+    producer = _producer(spec.bootstrap, linger_ms=20, settings=spec.client_config)
     base_ms = int(time.time() * 1000) - 10 * spec.records - 60_000
     total = 0
     for row in generate_table(spec.workload, base_ms=base_ms):
@@ -258,7 +274,7 @@ class Launched:
 
 def _delete_topics(spec: RunSpec, app_prefix: str) -> None:
     """Remove the run's topics and the system's internal ones: a matrix fills no disk."""
-    admin = admin_client(spec.bootstrap)
+    admin = admin_client(spec.bootstrap, **spec.client_config)
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(app_prefix)]
     if names:
         for future in admin.delete_topics(names, operation_timeout=30).values():
@@ -284,7 +300,7 @@ def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
 
 def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> dict[str, Any]:
     result = _base_result(system, spec, "throughput")
-    reason = system.unsupported(spec)
+    reason = system.unsupported(spec) or _unsupported_security(system, spec)
     if reason:
         return {**result, "status": "skipped", "reason": reason}
     inputs = _create_topics(spec)
@@ -298,6 +314,7 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
         multi_hop = spec.workload in MULTI_HOP and system.offsets == "group"
         progress = Progress(
             spec.bootstrap, system.group(spec), inputs, committed_total=committed_total,
+            client_config=spec.client_config,
             output_topic=spec.output_topic,
             # Longer than a commit interval: a later hop commits at most one interval later.
             quiet_s=(spec.commit_ms / 1000 + 2.0) if multi_hop else 0.0,
@@ -327,7 +344,9 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
             peak_rss_mb=launched.tree.peak_rss / 2**20,
             input_records=expected,
             input_committed=progress.last_committed,
-            output_records=count_committed(spec.bootstrap, spec.output_topic, spec.partitions),
+            output_records=count_committed(
+                spec.bootstrap, spec.output_topic, spec.partitions, client_config=spec.client_config
+            ),
             exit_code=exit_code,
         )
         return result
@@ -344,18 +363,20 @@ def run_latency(
     """Produce ``rate`` records/s for ``seconds`` once the system answers; record latencies."""
     result = _base_result(system, spec, "latency")
     result.update(rate=rate, seconds=seconds)
-    reason = system.unsupported(spec)
+    reason = system.unsupported(spec) or _unsupported_security(system, spec)
     if reason:
         return {**result, "status": "skipped", "reason": reason}
     _create_topics(spec)
     launched = None
     try:
         if spec.table_topic:
-            producer = _producer(spec.bootstrap, linger_ms=5)
+            producer = _producer(spec.bootstrap, linger_ms=5, settings=spec.client_config)
             for row in generate_table(spec.workload, base_ms=int(time.time() * 1000)):
                 producer.produce(spec.table_topic, row.value, row.key, timestamp=row.timestamp_ms)
             producer.flush(60)
-        reader = LatencyReader(spec.bootstrap, spec.output_topic, spec.partitions)
+        reader = LatencyReader(
+            spec.bootstrap, spec.output_topic, spec.partitions, client_config=spec.client_config
+        )
         reader.start()
         launched = Launched(system, spec)
         feeder = _RateProducer(spec, rate)
@@ -408,7 +429,7 @@ class _RateProducer(threading.Thread):
         super().__init__(name="bench-rate-producer", daemon=True)
         self.spec = spec
         self.rate = rate
-        self.producer = _producer(spec.bootstrap, linger_ms=0)
+        self.producer = _producer(spec.bootstrap, linger_ms=0, settings=spec.client_config)
         self._halt = threading.Event()
         self.sent = 0
 

@@ -122,6 +122,7 @@ class Progress:
     # once nothing the group commits, nor the output, has changed for ``quiet_s``.
     output_topic: str = ""
     quiet_s: float = 0.0
+    client_config: dict[str, str] = field(default_factory=dict)
     first_write_at: float | None = None
     done_at: float | None = None
     last_committed: int = 0
@@ -130,6 +131,7 @@ class Progress:
     def __post_init__(self) -> None:
         self._consumer = Consumer(
             {
+                **self.client_config,
                 "bootstrap.servers": self.bootstrap,
                 # The system's own group: committed() only reads it, and a consumer that never
                 # subscribes never joins the group or disturbs its assignment.
@@ -145,7 +147,7 @@ class Progress:
         self._topics_checked = 0.0
         self._watched: list[TopicPartition] = []
         self._refresh_topics(initial=True)
-        self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        self._admin = AdminClient({**self.client_config, "bootstrap.servers": self.bootstrap})
         self._signature: tuple[int, ...] = ()
 
     def _refresh_topics(self, *, initial: bool = False) -> None:
@@ -260,10 +262,14 @@ class Progress:
         self._consumer.close()
 
 
-def count_committed(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> int:
+def count_committed(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 60,
+    client_config: dict[str, str] | None = None,
+) -> int:  # fmt: skip
     """How many records of ``topic`` a read_committed consumer sees, up to its current end."""
     consumer = Consumer(
         {
+            **(client_config or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-count-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
@@ -303,10 +309,14 @@ class LatencyReader(threading.Thread):
     timestamp, which Kafka Streams' semantics (and every peer here) carry from input to result.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int,
+        client_config: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(name="bench-latency", daemon=True)
         self.consumer = Consumer(
             {
+                **(client_config or {}),
                 "bootstrap.servers": bootstrap,
                 "group.id": f"bench-latency-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -40,6 +40,10 @@ class RunSpec:
     spark_master: str = "local[2]"
     # Where to write a py-spy profile (collapsed stacks) of the system's main process, if set.
     profile_to: Path | None = None
+    # Kafka client security settings (librdkafka's) of the harness's clients and fluvial's;
+    # the file they came from, if any, is what fluvial's processes are pointed at.
+    client_config: dict[str, str] = field(default_factory=dict)
+    client_config_file: Path | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -97,6 +101,8 @@ class FluvialSystem(System):
             "FLUVIAL_BENCH_COMMIT_MS": str(spec.commit_ms),
             "FLUVIAL_BENCH_STATE_DIR": str(spec.work_dir / "state"),
         }
+        if spec.client_config_file is not None:
+            env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(spec.client_config_file.resolve())
         return cmd, env
 
     def config(self, spec: RunSpec) -> dict[str, object]:

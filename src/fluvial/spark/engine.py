@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
     from pyspark.sql import SparkSession
 
+    from fluvial.spark.pack import Packed
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_MS = 10_000
@@ -114,6 +116,7 @@ class SparkApplication:
         lease_seconds: float | None = None,
         spark_conf: dict[str, str] | None = None,
         on_lease: Callable[[int, list[LeaseResult]], None] | None = None,
+        python_env: Packed | None = None,
     ) -> None:
         self.app_path = Path(app_path)
         loaded = load_app(self.app_path)
@@ -124,6 +127,8 @@ class SparkApplication:
         self.lease_seconds = lease_seconds or lease_seconds_from_env()
         self.spark_conf = {**spark_conf_from_env(), **(spark_conf or {})}
         self.on_lease = on_lease
+        #: A packed environment for executors without fluvial (``fluvial pack``), if any.
+        self.python_env = python_env
         self.stop_event = threading.Event()
         self.errors: list[BaseException] = []
         self.task_ids: list[TaskId] = []
@@ -177,6 +182,13 @@ class SparkApplication:
                 "spark.ui.enabled": self.spark_conf.get("spark.ui.enabled", "false"),
                 **self.spark_conf,
             }
+            if self.python_env is not None:
+                # Executors unpack the archive into their working directory and run its
+                # Python: Spark sends the driver's PYSPARK_PYTHON with every task.
+                from fluvial.spark.pack import shipping_conf
+
+                conf.update(shipping_conf(self.python_env, conf))
+                os.environ["PYSPARK_PYTHON"] = self.python_env.executor_python
             self._spark = local_spark_session(
                 with_task_retries(self.master),
                 app_name=f"fluvial {self.config.application_id}",
@@ -356,6 +368,7 @@ class SparkApplication:
                         "slot": r.slot,
                         "host": r.host,
                         "pid": r.pid,
+                        "python": r.python,
                         "incarnation": r.incarnation,
                         "attempt": r.attempt,
                         "reused": r.reused,

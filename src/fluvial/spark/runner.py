@@ -36,11 +36,28 @@ def run_spark_application(
     live: bool = True,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     serve: str | None = None,
+    pack: bool | None = None,
 ) -> int:
-    """Run until stopped; return the process exit code (0 clean, 1 failed)."""
+    """Run until stopped; return the process exit code (0 clean, 1 failed).
+
+    ``pack``: ship a packed environment with fluvial to the executors (``fluvial pack``);
+    by default on for cluster masters (anything but ``local``).
+    """
+    from fluvial.spark.pack import ensure_packed, is_cluster_master
+
     console = console or Console(stderr=True)
     check_serve_address(serve)
-    app = SparkApplication(app_path, config, master=master, slots=workers)
+    python_env = None
+    if pack if pack is not None else is_cluster_master(master):
+        python_env = ensure_packed(say=lambda line: console.print(f"fluvial: {line}",
+                                                                  highlight=False))  # fmt: skip
+        console.print(
+            f"fluvial: executors run Python from {python_env.archive.name} "
+            f"({'built' if python_env.built else 'reused'}; spark.archives)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    app = SparkApplication(app_path, config, master=master, slots=workers, python_env=python_env)
     started = time.monotonic()
     console.print(
         f"fluvial: running {config.application_id} on {config.bootstrap_servers} "

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -118,6 +119,8 @@ class LeaseResult:
     task_metrics: dict[str, dict[str, int]]
     # Where this process answers interactive queries for the slot (host:port).
     query_endpoint: str | None = None
+    # The Python that ran the slot: the packed environment's on a cluster (fluvial pack).
+    python: str = ""
 
 
 @dataclass
@@ -181,6 +184,7 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
         slot=slot,
         host=socket.gethostname(),
         pid=os.getpid(),
+        python=sys.executable,
         incarnation=entry.incarnation,
         attempt=attempt,
         reused=reused,

@@ -67,10 +67,12 @@ def prefix_aggregates(values: list[int]) -> list[dict[str, int]]:
     return out
 
 
-def read_committed(bootstrap: str, topic: str) -> list[tuple[str, bytes | None, int]]:
+def read_committed(
+    bootstrap: str, topic: str, client_config: dict[str, str] | None = None
+) -> list[tuple[str, bytes | None, int]]:
     """(key, value, partition) of every committed record of ``topic``, per partition in order."""
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4().hex}",
+        **(client_config or {}), "bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4().hex}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
         "enable.partition.eof": True,
     })  # fmt: skip
@@ -96,13 +98,14 @@ def read_committed(bootstrap: str, topic: str) -> list[tuple[str, bytes | None, 
 def verify_outputs(
     bootstrap: str, input_topic: str, echo_topic: str, agg_topic: str, exactly_once: bool,
     report: VerifyReport, *, sent: dict[str, list[int]] | None = None,
+    client_config: dict[str, str] | None = None,
 ) -> None:  # fmt: skip
     """Compare the committed outputs with the input, record by record.
 
     ``sent`` holds the values the input producer had acknowledged, per key in order: the input
     topic must hold exactly these (no acknowledged record lost by the brokers, none doubled)."""
     inputs: dict[str, list[int]] = defaultdict(list)
-    for key, value, _p in read_committed(bootstrap, input_topic):
+    for key, value, _p in read_committed(bootstrap, input_topic, client_config):
         inputs[key].append(LONG.deserialize(input_topic, value))
     input_intact = True
     if sent is not None:
@@ -116,7 +119,7 @@ def verify_outputs(
                         f"the producer had {len(sent.get(key, []))} acknowledged"
                     )
     echoes: dict[str, list[int]] = defaultdict(list)
-    for key, value, _p in read_committed(bootstrap, echo_topic):
+    for key, value, _p in read_committed(bootstrap, echo_topic, client_config):
         echoes[key].append(LONG.deserialize(echo_topic, value))
     report.records = sum(len(v) for v in inputs.values())
     report.echoed = sum(len(v) for v in echoes.values())
@@ -134,7 +137,7 @@ def verify_outputs(
     for key in echoes.keys() - inputs.keys():
         report.duplicates += len(echoes[key])  # output for a key that was never input
     revisions: dict[str, list[dict[str, int]]] = defaultdict(list)
-    for key, value, _p in read_committed(bootstrap, agg_topic):
+    for key, value, _p in read_committed(bootstrap, agg_topic, client_config):
         revisions[key].append(json.loads(value) if value is not None else {})
     for key, values in inputs.items():
         prefixes = prefix_aggregates(values)

@@ -96,6 +96,8 @@ def run_matrix(
     timeout_s: float | None = None,
     spark_lease_ms: int = SPARK_LEASE_MS,
     bootstrap_servers: str | None = None,
+    client_config: dict[str, str] | None = None,
+    client_config_file: Path | None = None,
     cluster: LocalKafka | None = None,
     work_dir: Path | None = None,
     progress: Callable[[str], None] = lambda _m: None,
@@ -109,7 +111,9 @@ def run_matrix(
 
     The scenarios share one three-broker cluster: ``cluster`` (a started :class:`LocalKafka`
     whose brokers may be killed), else a private one started here, or with
-    ``bootstrap_servers`` someone else's cluster (then without ``kill-broker``).
+    ``bootstrap_servers`` someone else's cluster (then without ``kill-broker``), reached with
+    ``client_config`` (librdkafka security settings); the apps read the same settings from
+    ``client_config_file`` (or the environment they inherit, as ``fluvial run`` does).
     """
     if engine not in ENGINE_FAULTS:
         raise ValueError(f"unknown engine {engine!r}: use local or spark")
@@ -119,6 +123,11 @@ def run_matrix(
         raise ValueError(
             f"fault(s) {unsupported} do not apply to --engine {engine}: choose from "
             f"{', '.join(ENGINE_FAULTS[engine])}"
+        )
+    if client_config and bootstrap_servers is None and cluster is None:
+        raise ValueError(
+            "client settings are for an existing cluster: give its bootstrap servers "
+            "(--bootstrap-servers, or bootstrap.servers in the settings file)"
         )
     if fault_count < 0 or records < 1 or duration_s <= 0:
         raise ValueError("fault_count must be >= 0, records >= 1 and duration_s > 0")
@@ -154,6 +163,7 @@ def run_matrix(
                 guarantee=guarantee, engine=engine, records=records, keys=keys,
                 fault_count=fault_count, commit_interval_ms=commit_interval_ms,
                 duration_s=duration_s, timeout_s=timeout_s, spark_lease_ms=spark_lease_ms, work=work / kind,
+                client_config=client_config, client_config_file=client_config_file,
                 progress=lambda msg, k=kind: progress(f"[{k}] {msg}"),
             )  # fmt: skip
             matrix.scenarios.append(scenario.run())

@@ -65,12 +65,15 @@ class Scenario:
         guarantee: str, engine: str, records: int, keys: int, fault_count: int,
         commit_interval_ms: int, duration_s: float, timeout_s: float, spark_lease_ms: int,
         work: Path, progress: Callable[[str], None],
+        client_config: dict[str, str] | None = None, client_config_file: Path | None = None,
     ) -> None:  # fmt: skip
         self.kind, self.cluster, self.bootstrap = kind, cluster, bootstrap
         self.records, self.keys, self.fault_count = records, keys, fault_count
         self.duration_s, self.timeout_s = duration_s, timeout_s
         self.work, self.progress = work, progress
         self.guarantee, self.engine = guarantee, engine
+        # Security settings of every client (librdkafka's), as `fluvial run` takes them.
+        self.security = dict(client_config or {})
         # Seeded per kind: a scenario replays the same input and schedule whatever runs with it.
         # Two generators, as the input and the faults run in two threads.
         self.input_rng = random.Random(f"{seed}:{kind}")
@@ -88,6 +91,9 @@ class Scenario:
             "FLUVIAL_VERIFY_COMMIT_MS": str(commit_interval_ms),
             "FLUVIAL_VERIFY_RF": str(self.replication),
         }  # fmt: skip
+        if client_config_file is not None:
+            # The apps read the same file (a path on their command line, never a secret).
+            self.env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(Path(client_config_file).resolve())
         if engine == "spark":
             extra = os.environ.get("FLUVIAL_SPARK_CONF", "")
             self.env["FLUVIAL_SPARK_LEASE_MS"] = str(spark_lease_ms)
@@ -96,7 +102,7 @@ class Scenario:
             )
         self.apps: list[AppProcess] = []
         # The scenario's own watchers poll while brokers are down on purpose: no log noise.
-        self._quiet = {"bootstrap.servers": bootstrap, "log_level": 0}
+        self._quiet = {**self.security, "bootstrap.servers": bootstrap, "log_level": 0}
         self.deadline = 0.0
         # The input: what was produced, what the brokers acknowledged (per key, in order).
         self.produced = 0
@@ -133,7 +139,7 @@ class Scenario:
 
     def _run(self, feeder: threading.Thread) -> None:
         self.deadline = time.monotonic() + self.timeout_s
-        create_topics(self.bootstrap, [
+        create_topics(self.bootstrap, admin_config=self.security, specs=[
             TopicSpec(t, PARTITIONS, replication_factor=self.replication,
                       config={"min.insync.replicas": "2"} if self.replication == 3 else {})
             for t in self.topics.values()
@@ -183,7 +189,7 @@ class Scenario:
         self.progress("verifying the committed output record by record")
         verify_outputs(self.bootstrap, self.topics["input"], self.topics["echo"],
                        self.topics["agg"], self.guarantee == "exactly_once_v2",
-                       self.report, sent=self.sent)  # fmt: skip
+                       self.report, sent=self.sent, client_config=self.security)  # fmt: skip
         if self.report.problems or self.report.injected < self.fault_count:
             self.report.verdict = "FAIL"
 
@@ -294,7 +300,7 @@ class Scenario:
                 self.sent[msg.key().decode()].append(LONG.deserialize(topic, msg.value()))
 
         try:
-            producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
+            producer = Producer({**self.security, "bootstrap.servers": self.bootstrap, "acks": "all",
                                  "enable.idempotence": True, "partitioner": "murmur2_random",
                                  "message.timeout.ms": 120000})  # fmt: skip
             # Paced at --records per --duration-s, for as long as the faults need.
@@ -329,7 +335,7 @@ class Scenario:
             return self._consumed_everything()
         try:
             counts: dict[str, int] = defaultdict(int)
-            for key, value, _p in read_committed(self.bootstrap, self.topics["agg"]):
+            for key, value, _p in read_committed(self.bootstrap, self.topics["agg"], self.security):
                 if value is not None:
                     counts[key] = max(counts[key], json.loads(value)["count"])
             return sum(counts.values()) >= self.produced
@@ -399,7 +405,7 @@ class Scenario:
     def _leader_to_kill(self, index: int) -> int:
         """The leader of an input partition: every other time the one that also coordinates
         the app's group (its transactional offset commits go there), else a random one."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({**self.security, "bootstrap.servers": self.bootstrap})
         meta = admin.list_topics(self.topics["input"], timeout=30)
         leaders = [
             meta.topics[self.topics["input"]].partitions[p].leader for p in range(PARTITIONS)
