@@ -22,7 +22,9 @@ from tests import processes
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import values
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+# Each test starts four or five Spark drivers one after the other: on a loaded 2-core machine
+# a start alone can take minutes. Every wait inside has its own deadline; this is the backstop.
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
 
