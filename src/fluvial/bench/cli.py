@@ -46,12 +46,22 @@ Seconds = Annotated[float, typer.Option(help="Latency mode: how long to measure"
 Master = Annotated[str, typer.Option(help="Spark master for --engine spark and spark-ss")]
 
 
-def _systems(engine: str, peers: str) -> list[str]:
+def _systems(engine: str, peers: str, baseline: Path | None = None) -> list[str]:
     engines = ["local", "spark"] if engine == "both" else [engine]
     for e in engines:
         if e not in ("local", "spark"):
             raise typer.BadParameter(f"unknown engine {e!r}: use local, spark or both")
     names = [f"fluvial-{e}" for e in engines]
+    if baseline is not None:
+        from fluvial.bench import systems
+
+        source = baseline.resolve()
+        if not (source / "fluvial" / "__init__.py").exists():
+            raise typer.BadParameter(
+                f"--baseline-src {baseline} has no fluvial package: give a checkout's src folder"
+            )
+        systems.BASELINE_SOURCE = source
+        names.append("fluvial-baseline")
     chosen = list(PEER_NAMES) if peers == "all" else [p for p in peers.split(",") if p]
     for peer in chosen:
         if peer not in PEER_NAMES:
@@ -80,7 +90,7 @@ class Results:
 
 def _print_run(run: dict[str, Any]) -> None:
     head = (
-        f"{run['system']:<14} {run['workload']:<11} {run['guarantee']:<15} "
+        f"{run['system']:<16} {run['workload']:<11} {run['guarantee']:<15} "
         f"{run['commit_interval_ms']:>6} ms"
     )
     if run["status"] != "ok":
@@ -170,9 +180,16 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
             Path | None,
             typer.Option(help="Profile fluvial with py-spy; collapsed stacks go to this folder"),
         ] = None,
+        baseline_src: Annotated[
+            Path | None,
+            typer.Option(
+                help="Also run the fluvial of this checkout's src folder (fluvial-baseline), "
+                "on the same broker and input: a change against its baseline in one run"
+            ),
+        ] = None,
     ) -> None:
         run_bench(
-            [workload], _systems(engine, peers), [guarantee], [commit_interval_ms],
+            [workload], _systems(engine, peers, baseline_src), [guarantee], [commit_interval_ms],
             records=records, partitions=partitions, bootstrap=bootstrap_servers,
             json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
         )  # fmt: skip

@@ -19,7 +19,7 @@ from fluvial.errors import FluvialError
 Run = dict[str, Any]
 EOS, ALOS = "exactly_once_v2", "at_least_once"
 SYSTEM_ORDER = (
-    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
+    "fluvial-local", "fluvial-baseline", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
     "ceiling", "ceiling-json",
 )  # fmt: skip
 

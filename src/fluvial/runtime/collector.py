@@ -31,6 +31,7 @@ class KafkaRecordCollector:
         changelog_topics: set[str],
         time_retained_topics: frozenset[str] = frozenset(),
         production_handler: str = "fail",
+        transactional: bool = False,
     ) -> None:
         self.producer = producer
         self.changelog_topics = changelog_topics
@@ -42,6 +43,15 @@ class KafkaRecordCollector:
         self.newest_timestamp: dict[tuple[str, int], int] = {}
         self.sent = 0
         self.changelog_sent = 0
+        # Which sends get a delivery report. Changelog records always do: their offsets are
+        # the stores' checkpoints. In a transaction, a record that fails delivery makes the
+        # transaction abortable and its commit fail, so under "fail" an output record's report
+        # would tell nothing more; only "continue" (skip failed records) and at-least-once (no
+        # transaction to fail) need one per output record. Reports run in Python, per record.
+        self._changelog_report = self._delivered
+        self._output_report = (
+            None if transactional and production_handler == "fail" else self._delivered
+        )
         self.skipped_errors = 0
         self._error: KafkaError | None = None
 
@@ -56,9 +66,11 @@ class KafkaRecordCollector:
     ) -> None:
         if timestamp_ms < 0:
             timestamp_ms = 0
+        report = self._output_report
         if partition is None:
             partition = -1  # the producer's partitioner decides (murmur2 of the key bytes)
         elif topic in self.changelog_topics:
+            report = self._changelog_report
             self.changelog_sent += 1
             if topic in self.time_retained_topics:
                 tp = (topic, partition)
@@ -68,10 +80,10 @@ class KafkaRecordCollector:
         while True:
             try:
                 if headers:
-                    produce(topic, value, key, partition, on_delivery=self._delivered,
+                    produce(topic, value, key, partition, on_delivery=report,
                             timestamp=timestamp_ms, headers=headers)  # fmt: skip
                 else:
-                    produce(topic, value, key, partition, on_delivery=self._delivered,
+                    produce(topic, value, key, partition, on_delivery=report,
                             timestamp=timestamp_ms)  # fmt: skip
                 break
             except BufferError:

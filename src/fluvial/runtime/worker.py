@@ -131,6 +131,7 @@ class Worker:
             changelog_topics=changelogs,
             time_retained_topics=frozenset(time_retained),
             production_handler=self.config.default_production_exception_handler,
+            transactional=self.eos,
         )
         # The collector counts its own sends; a restarted worker's count goes on from here.
         self._records_out_base = self.metrics.records_out
