@@ -247,7 +247,7 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def _json_object(data: bytes) -> Any:
-    if _LONG_NUMBER(data) is None:
+    if len(data) < 19 or _LONG_NUMBER(data) is None:
         try:
             return _orjson_loads(data)
         except _OrjsonDecodeError:

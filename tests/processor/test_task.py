@@ -170,3 +170,69 @@ def test_a_clean_close_after_flush_keeps_every_result(store_type, tmp_path):
     task.close()
     counts = {k.decode(): struct.unpack(">q", v)[0] for _t, k, v, _ts, _p in collector.to("counts")}
     assert counts == {"a": 2, "b": 1}
+
+
+class _PunctuatingLogger:
+    """Logs each record and each stream-time punctuation, in the order the task runs them."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def init(self, context) -> None:
+        from fluvial.processor.api import PunctuationType
+
+        self.context = context
+        context.schedule(10, PunctuationType.STREAM_TIME, self.punctuate)
+
+    def punctuate(self, now_ms: int) -> None:
+        self.log.append(("punctuate", now_ms, self.context.current_stream_time_ms()))
+
+    def process(self, record) -> None:
+        self.log.append(("record", record.key, record.timestamp_ms, self.context.topic,
+                         self.context.offset, self.context.current_stream_time_ms()))  # fmt: skip
+        self.context.forward(record)
+
+    def close(self) -> None:
+        pass
+
+
+def _logging_task(log: list):
+    builder = StreamsBuilder()
+    merged = builder.stream("left", key_serde=S, value_serde=S).merge(
+        builder.stream("right", key_serde=S, value_serde=S)
+    )
+    merged.process(lambda: _PunctuatingLogger(log)).to("out")
+    config = StreamsConfig(application_id="app", cache_max_bytes=0)
+    (sub,) = builder.build().subtopologies(config.application_id)
+    collector = Collector()
+    return StreamTask((0, 3), sub, config, None, collector), collector
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7, 1000])
+def test_a_batch_runs_exactly_what_record_at_a_time_runs(batch: int):
+    """Record choice across partitions, stream time and its punctuations, and each output in
+    emission order: a batch of any size changes none of them."""
+    left = [raw(f"l{i}", ts, i) for i, ts in enumerate([3, 14, 9, 40, 41, 22, 60])]
+    right = [raw(f"r{i}", ts, 100 + i) for i, ts in enumerate([5, 12, 33, 31, 70])]
+
+    one_log: list = []
+    one, one_out = _logging_task(one_log)
+    one.add_records("left", 3, left)
+    one.add_records("right", 3, right)
+    while one.process_one(0):
+        one.punctuate_stream_time()
+
+    batch_log: list = []
+    batched, batched_out = _logging_task(batch_log)
+    batched.add_records("left", 3, left)
+    batched.add_records("right", 3, right)
+    taken = []
+    while n := batched.process_batch(batch, 0):
+        taken.append(n)
+
+    assert batch_log == one_log
+    assert batched_out.sent == one_out.sent
+    assert sum(taken) == len(left) + len(right) and max(taken) <= batch
+    assert batched.committable_offsets() == one.committable_offsets()
+    assert batched.metrics.get("records-processed") == len(left) + len(right)
+    assert [e for e in one_log if e[0] == "punctuate"], "the case exercises punctuation"

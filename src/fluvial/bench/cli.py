@@ -89,12 +89,22 @@ def _security(
     return bootstrap, settings, chosen
 
 
-def _systems(engine: str, peers: str) -> list[str]:
+def _systems(engine: str, peers: str, baseline: Path | None = None) -> list[str]:
     engines = ["local", "spark"] if engine == "both" else [engine]
     for e in engines:
         if e not in ("local", "spark"):
             raise typer.BadParameter(f"unknown engine {e!r}: use local, spark or both")
     names = [f"fluvial-{e}" for e in engines]
+    if baseline is not None:
+        from fluvial.bench import systems
+
+        source = baseline.resolve()
+        if not (source / "fluvial" / "__init__.py").exists():
+            raise typer.BadParameter(
+                f"--baseline-src {baseline} has no fluvial package: give a checkout's src folder"
+            )
+        systems.BASELINE_SOURCE = source
+        names.append("fluvial-baseline")
     chosen = list(PEER_NAMES) if peers == "all" else [p for p in peers.split(",") if p]
     for peer in chosen:
         if peer not in PEER_NAMES:
@@ -123,7 +133,7 @@ class Results:
 
 def _print_run(run: dict[str, Any]) -> None:
     head = (
-        f"{run['system']:<14} {run['workload']:<11} {run['guarantee']:<15} "
+        f"{run['system']:<16} {run['workload']:<11} {run['guarantee']:<15} "
         f"{run['commit_interval_ms']:>6} ms"
     )
     if run["status"] != "ok":
@@ -218,10 +228,17 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
             typer.Option(help="Profile fluvial with py-spy; collapsed stacks go to this folder"),
         ] = None,
         client_config: ClientConfig = None,
+        baseline_src: Annotated[
+            Path | None,
+            typer.Option(
+                help="Also run the fluvial of this checkout's src folder (fluvial-baseline), "
+                "on the same broker and input: a change against its baseline in one run"
+            ),
+        ] = None,
     ) -> None:
         bootstrap, settings, settings_file = _security(bootstrap_servers, client_config)
         run_bench(
-            [workload], _systems(engine, peers), [guarantee], [commit_interval_ms],
+            [workload], _systems(engine, peers, baseline_src), [guarantee], [commit_interval_ms],
             records=records, partitions=partitions, bootstrap=bootstrap,
             json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
             client_config=settings, client_config_file=settings_file,

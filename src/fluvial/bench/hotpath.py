@@ -147,7 +147,7 @@ def run_hotpath(
 
 
 def _drain(task: StreamTask, now_ms: int) -> None:
-    # The worker's loop: each record, then the stream-time punctuators it made due.
-    while task.process_one(now_ms):
-        task.punctuate_stream_time()
+    # The worker's loop (Worker._process): batches of records, then wall-clock punctuation.
+    while task.process_batch(500, now_ms):
+        pass
     task.punctuate_wall_clock(now_ms)

@@ -19,7 +19,7 @@ from fluvial.errors import FluvialError
 Run = dict[str, Any]
 EOS, ALOS = "exactly_once_v2", "at_least_once"
 SYSTEM_ORDER = (
-    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
+    "fluvial-local", "fluvial-baseline", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
     "ceiling", "ceiling-json",
 )  # fmt: skip
 
@@ -95,7 +95,7 @@ def markdown(docs: list[tuple[dict[str, Any], list[Run]]], plots: list[str]) -> 
         if any(r["mode"] == "throughput" for r in runs):
             lines += [
                 "| system | workload | guarantee | commit | records | throughput (rec/s) | "
-                "CPU s / M records | peak RSS (MiB) | startup (s) | output records |",
+                "CPU µs / record | peak RSS (MiB) | startup (s) | output records |",
                 "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in sorted((r for r in runs if r["mode"] == "throughput"), key=_sort_key):
@@ -131,7 +131,7 @@ def markdown(docs: list[tuple[dict[str, Any], list[Run]]], plots: list[str]) -> 
             lines.append("")
         rows = targets(runs)
         if rows:
-            lines += ["Targets of issue 8 (ratios within this run):", ""]
+            lines += ["Targets (ratios of throughput within this run):", ""]
             lines += ["| target | measured | verdict |", "|---|---:|---|"]
             lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
             lines.append("")

@@ -81,9 +81,13 @@ class System:
 
 
 class FluvialSystem(System):
-    def __init__(self, engine: str = "local") -> None:
+    """fluvial itself; with ``source``, the fluvial of another checkout (its ``src`` folder),
+    so that a change is measured against its baseline on the same broker and input."""
+
+    def __init__(self, engine: str = "local", source: Path | None = None) -> None:
         self.engine = engine
-        self.name = f"fluvial-{engine}"
+        self.source = source
+        self.name = f"fluvial-{engine}" if source is None else "fluvial-baseline"
 
     def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
         cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APPS / "fluvial_app.py")]
@@ -103,6 +107,8 @@ class FluvialSystem(System):
         }
         if spec.client_config_file is not None:
             env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(spec.client_config_file.resolve())
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
         return cmd, env
 
     def config(self, spec: RunSpec) -> dict[str, object]:
@@ -121,6 +127,8 @@ class FluvialSystem(System):
     def version(self) -> str:
         import fluvial
 
+        if self.source is not None:
+            return f"fluvial from {self.source}"
         return f"fluvial {fluvial.__version__}"
 
 
@@ -337,9 +345,17 @@ def spark_progress(spec: RunSpec) -> tuple[float | None, int]:
     return first, consumed
 
 
+#: The ``src`` folder of the checkout ``fluvial-baseline`` runs (``--baseline-src``).
+BASELINE_SOURCE: Path | None = None
+
+
 def make_system(name: str) -> System:
     if name == "fluvial-local":
         return FluvialSystem("local")
+    if name == "fluvial-baseline":
+        if BASELINE_SOURCE is None:
+            raise ValueError("fluvial-baseline needs --baseline-src: a checkout's src folder")
+        return FluvialSystem("local", BASELINE_SOURCE)
     if name == "fluvial-spark":
         return FluvialSystem("spark")
     if name == "kafka-streams":
@@ -360,7 +376,7 @@ def make_system(name: str) -> System:
 
 
 ALL_SYSTEMS = (
-    "fluvial-local", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
+    "fluvial-local", "fluvial-baseline", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
     "ceiling", "ceiling-json",
 )  # fmt: skip
 PEER_NAMES = (

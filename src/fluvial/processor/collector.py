@@ -7,7 +7,7 @@ lists). Everything crossing this boundary is bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 Headers = list[tuple[str, bytes | None]]
@@ -23,15 +23,18 @@ class TaskId(NamedTuple):
         return f"{self.subtopology}_{self.partition}"
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    """One record as read from a topic partition, still in bytes."""
+class ConsumedRecord(NamedTuple):
+    """One record as read from a topic partition, still in bytes.
+
+    A named tuple: one is built per consumed record, and a tuple is the cheapest object to
+    build. ``headers`` is any sequence of (name, value) pairs; the task copies it into a list.
+    """
 
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
     offset: int
-    headers: Headers = field(default_factory=list)
+    headers: Sequence[tuple[str, bytes | None]] = ()
 
 
 class RecordCollector(Protocol):

@@ -32,6 +32,17 @@ class NodeContext:
     def __init__(self, task: StreamTask, node: LiveNode) -> None:
         self._task = task
         self._node = node
+        if len(node.children) == 1:
+            # The common case, a chain: forward is a direct call of the one child.
+            only_child = node.children[0].processor.process
+
+            def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
+                if child_name is None:
+                    only_child(record)
+                else:
+                    NodeContext.forward(self, record, child_name)
+
+            self.forward = forward  # type: ignore[method-assign]
 
     @property
     def application_id(self) -> str:
@@ -47,19 +58,19 @@ class NodeContext:
 
     @property
     def topic(self) -> str | None:
-        return self._task.current.topic
+        return self._task.current_topic
 
     @property
     def partition(self) -> int | None:
-        return self._task.current.partition
+        return self._task.current_partition
 
     @property
     def offset(self) -> int | None:
-        return self._task.current.offset
+        return self._task.current_offset
 
     @property
     def timestamp_ms(self) -> int:
-        return self._task.current.timestamp_ms
+        return self._task.current_timestamp_ms
 
     @property
     def metrics(self) -> Any:

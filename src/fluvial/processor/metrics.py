@@ -7,6 +7,7 @@ Names follow Kafka Streams' metric names where one exists (``dropped-records``,
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 RECORDS_PROCESSED = "records-processed"
 DROPPED_RECORDS = "dropped-records"
@@ -19,22 +20,37 @@ SUPPRESSION_EMITS = "suppression-emits"
 
 
 class TaskMetrics:
-    """Named monotonically increasing counters of one task."""
+    """Named monotonically increasing counters of one task.
+
+    The hottest counters (records processed, produced, changelog records) are plain ints kept
+    by their owners and registered here with :meth:`register`: bumping an int costs nothing
+    next to a named increment, and readers see the sum of both.
+    """
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
+        self._live: dict[str, list[Callable[[], int]]] = {}
 
     def increment(self, name: str, amount: int = 1) -> None:
         self._counts[name] += amount
 
+    def register(self, name: str, read: Callable[[], int]) -> None:
+        """Count ``read()`` under ``name`` too: a counter its owner keeps as a plain int."""
+        self._live.setdefault(name, []).append(read)
+
     def get(self, name: str) -> int:
-        return self._counts.get(name, 0)
+        return self._counts.get(name, 0) + sum(read() for read in self._live.get(name, ()))
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self._counts)
+        counts = dict(self._counts)
+        for name, reads in self._live.items():
+            live = sum(read() for read in reads)
+            if live or name in counts:
+                counts[name] = counts.get(name, 0) + live
+        return counts
 
     def __repr__(self) -> str:
-        return f"TaskMetrics({dict(sorted(self._counts.items()))})"
+        return f"TaskMetrics({dict(sorted(self.as_dict().items()))})"
 
 
 def combine(metrics: list[TaskMetrics]) -> dict[str, int]:

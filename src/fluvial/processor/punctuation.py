@@ -63,6 +63,11 @@ class PunctuationQueue:
         for schedule in self._heap:
             schedule.next_time_ms += offset_ms
 
+    def due(self, now_ms: int) -> bool:
+        """Whether some schedule is due at ``now_ms`` (a cheap look before :meth:`fire_due`)."""
+        heap = self._heap
+        return bool(heap) and heap[0].next_time_ms <= now_ms
+
     def fire_due(self, now_ms: int, run: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Run every schedule due at ``now_ms`` once; return whether any ran."""
         fired: list[PunctuationSchedule] = []

@@ -7,7 +7,6 @@ exactly-once they all land in the worker's open transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
@@ -32,18 +31,27 @@ class KafkaRecordCollector:
         changelog_topics: set[str],
         time_retained_topics: frozenset[str] = frozenset(),
         production_handler: str = "fail",
-        on_send: Callable[[str], None] | None = None,
+        transactional: bool = False,
     ) -> None:
         self.producer = producer
         self.changelog_topics = changelog_topics
         self.production_handler = production_handler
-        self.on_send = on_send
         self.changelog_end: dict[tuple[str, int], int] = {}
         # Window and session changelogs: the newest record timestamp sent to each partition,
         # which bounds how far their stores' stream time has got (see runtime/horizon.py).
         self.time_retained_topics = time_retained_topics
         self.newest_timestamp: dict[tuple[str, int], int] = {}
         self.sent = 0
+        self.changelog_sent = 0
+        # Which sends get a delivery report. Changelog records always do: their offsets are
+        # the stores' checkpoints. In a transaction, a record that fails delivery makes the
+        # transaction abortable and its commit fail, so under "fail" an output record's report
+        # would tell nothing more; only "continue" (skip failed records) and at-least-once (no
+        # transaction to fail) need one per output record. Reports run in Python, per record.
+        self._changelog_report = self._delivered
+        self._output_report = (
+            None if transactional and production_handler == "fail" else self._delivered
+        )
         self.skipped_errors = 0
         self._error: KafkaError | None = None
 
@@ -56,30 +64,37 @@ class KafkaRecordCollector:
         headers: Headers,
         partition: int | None,
     ) -> None:
-        kwargs: dict[str, Any] = {
-            "key": key,
-            "value": value,
-            "timestamp": max(timestamp_ms, 0),
-            "on_delivery": self._delivered,
-        }
-        if headers:
-            kwargs["headers"] = headers
-        if partition is not None:
-            kwargs["partition"] = partition
+        if timestamp_ms < 0:
+            timestamp_ms = 0
+        report = self._output_report
+        if partition is None:
+            partition = -1  # the producer's partitioner decides (murmur2 of the key bytes)
+        elif topic in self.changelog_topics:
+            report = self._changelog_report
+            self.changelog_sent += 1
             if topic in self.time_retained_topics:
                 tp = (topic, partition)
                 if timestamp_ms > self.newest_timestamp.get(tp, timestamp_ms - 1):
                     self.newest_timestamp[tp] = timestamp_ms
+        produce = self.producer.produce
         while True:
             try:
-                self.producer.produce(topic, **kwargs)
+                if headers:
+                    produce(topic, value, key, partition, on_delivery=report,
+                            timestamp=timestamp_ms, headers=headers)  # fmt: skip
+                else:
+                    produce(topic, value, key, partition, on_delivery=report,
+                            timestamp=timestamp_ms)  # fmt: skip
                 break
             except BufferError:
                 # The local queue is full: let the producer drain it, then try again.
                 self.producer.poll(0.05)
         self.sent += 1
-        if self.on_send is not None:
-            self.on_send(topic)
+
+    @property
+    def records_out(self) -> int:
+        """Records sent to output and repartition topics (everything but changelogs)."""
+        return self.sent - self.changelog_sent
 
     def _delivered(self, error: KafkaError | None, msg: Any) -> None:
         if error is not None:

@@ -96,6 +96,7 @@ class Worker:
         self._dirty = False
         self._last_commit = time.monotonic()
         self._last_purge = time.monotonic()
+        self._records_out_base = 0
         self._committed: dict[tuple[str, int], int] = {}
         self._repartition_topics: set[str] = set()
         self._admin: AdminClient | None = None
@@ -132,9 +133,11 @@ class Worker:
             self._producer,
             changelog_topics=changelogs,
             time_retained_topics=frozenset(time_retained),
-            on_send=self._count_send,
             production_handler=self.config.default_production_exception_handler,
+            transactional=self.eos,
         )
+        # The collector counts its own sends; a restarted worker's count goes on from here.
+        self._records_out_base = self.metrics.records_out
         self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
         committed = self._read_committed()
         # Global tables are complete before any stream task looks anything up in them.
@@ -361,9 +364,8 @@ class Worker:
                 if tp not in self._task_by_tp:
                     continue
                 batch = batches[tp] = []
-            _ts_type, timestamp = msg.timestamp()
-            batch.append(ConsumedRecord(msg.key(), msg.value(), timestamp, msg.offset(),
-                                        msg.headers() or []))  # fmt: skip
+            batch.append(ConsumedRecord(msg.key(), msg.value(), msg.timestamp()[1], msg.offset(),
+                                        msg.headers() or ()))  # fmt: skip
         for (topic, partition), batch in batches.items():
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
@@ -379,15 +381,15 @@ class Worker:
     def _process(self) -> None:
         now_ms = int(time.time() * 1000)
         for task in self.tasks.values():
-            processed = 0
-            while processed < PROCESS_BATCH and task.process_one(now_ms):
-                task.punctuate_stream_time()
-                processed += 1
+            # Each record with the stream-time punctuations it makes due (see process_batch).
+            processed = task.process_batch(PROCESS_BATCH, now_ms)
             if processed:
                 self._dirty = True
                 self.metrics.records_processed += processed
             if task.punctuate_wall_clock(now_ms):
                 self._dirty = True
+        assert self._collector is not None
+        self.metrics.records_out = self._records_out_base + self._collector.records_out
 
     def _apply_backpressure(self) -> None:
         """Pause partitions whose buffer is full; resume them once it drains."""
@@ -583,11 +585,6 @@ class Worker:
         return CommitMetadata(task.stream_time, ends, needed).encode()
 
     # -- metrics ----------------------------------------------------------------------------
-
-    def _count_send(self, topic: str) -> None:
-        assert self._collector is not None
-        if topic not in self._collector.changelog_topics:
-            self.metrics.records_out += 1
 
     def _refresh_metrics(self) -> None:
         assert self._consumer is not None

@@ -209,8 +209,11 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
         if key not in self._pending:
             bisect.insort(self._sorted, key)
         stored = None if value is None else bytes(value)
-        self._buffer(key, ChangelogRecord(key, stored, timestamp_ms))
-        self._log(key, stored, timestamp_ms)
+        # One record, buffered and logged: the changelog carries exactly what commit applies.
+        record = ChangelogRecord(key, stored, timestamp_ms)
+        self._buffer(key, record)
+        if self._listener is not None:
+            self._listener(record)
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()

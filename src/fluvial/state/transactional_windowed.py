@@ -47,9 +47,15 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
         stored = None if value is None else bytes(value)
         seqnum = self._next_seqnum()
         store_key = window_store_key(key, window_start_ms, seqnum)
-        self._buffer(store_key, ChangelogRecord(store_key, stored, timestamp_ms))
-        self._by_key.setdefault(key, {})[(window_start_ms, seqnum)] = stored
-        self._log(store_key, stored, timestamp_ms)
+        # One record, buffered and logged: the changelog carries exactly what commit applies.
+        record = ChangelogRecord(store_key, stored, timestamp_ms)
+        self._buffer(store_key, record)
+        windows = self._by_key.get(key)
+        if windows is None:
+            windows = self._by_key[key] = {}
+        windows[(window_start_ms, seqnum)] = stored
+        if self._listener is not None:
+            self._listener(record)
 
     def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
         self._check_open()

@@ -179,8 +179,8 @@ class TopologyTestDriver:
         while progressed:
             progressed = False
             for task in self.tasks:
-                while task.process_one(self.wall_clock_ms):
-                    task.punctuate_stream_time()
+                # The runtime's path: batches, each record with its stream-time punctuations.
+                while task.process_batch(1000, self.wall_clock_ms):
                     progressed = True
 
     # -- time and commits -------------------------------------------------------------------
