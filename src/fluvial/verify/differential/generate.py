@@ -38,7 +38,7 @@ BASE_MS = 1_000_000
 # "Differences still open"). ``generate_case(..., settled=True)`` leaves them out, so that a
 # run over the rest must show no difference at all; remove an area here once it is fixed.
 OPEN_AREAS = frozenset(
-    {"suppress_time_limit", "ss_outer_join"}
+    {"ss_outer_join"}
 )  # fmt: skip
 WINDOW_SIZES = (100, 200, 500)
 # Longer than the time any case's input spans (at most 60 records, 80 ms apart).
