@@ -37,9 +37,7 @@ BASE_MS = 1_000_000
 # Parts of the grammar where differences with Kafka Streams are still open (docs/semantics.md,
 # "Differences still open"). ``generate_case(..., settled=True)`` leaves them out, so that a
 # run over the rest must show no difference at all; remove an area here once it is fixed.
-OPEN_AREAS = frozenset(
-    {"ss_outer_join"}
-)  # fmt: skip
+OPEN_AREAS: frozenset[str] = frozenset()
 WINDOW_SIZES = (100, 200, 500)
 # Longer than the time any case's input spans (at most 60 records, 80 ms apart).
 EMIT_ON_CLOSE_RETENTION_MARGIN = 10_000
