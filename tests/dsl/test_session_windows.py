@@ -85,14 +85,19 @@ def test_session_aggregate_with_merger_and_reduce(store_type):
             }, topic
 
 
-def test_suppressed_sessions_emit_once_after_end_plus_grace(store_type):
+def test_suppressed_sessions_emit_once_after_end_plus_gap_plus_grace(store_type):
     windows = SessionWindows.of_inactivity_gap_and_grace(10, 5)
     with TopologyTestDriver(session_count(windows, suppress=True), store_type=store_type) as d:
         inp = d.create_input_topic("in", S, S)
         out = d.create_output_topic("out", serdes.session_windowed(S), serdes.long())
         inp.pipe_records([("a", "x", 0), ("a", "x", 8), ("a", "x", 12)])
         assert read(out) == []
-        inp.pipe_input("z", "x", timestamp_ms=17)  # 12 + 5: the session [0, 12] is final
+        # 12 + 5: a record of "a" at 17 would still extend the session, so it is not final.
+        inp.pipe_input("z", "x", timestamp_ms=17)
+        assert read(out) == []
+        inp.pipe_input("z", "x", timestamp_ms=26)
+        assert read(out) == []
+        inp.pipe_input("z", "x", timestamp_ms=27)  # 12 + gap 10 + grace 5: [0, 12] is final
         assert read(out) == [("a", 0, 12, 3, 12)]
 
 

@@ -120,22 +120,30 @@ class SubscriptionSender(Processor[Any, Any]):
         new_fk = None if new is None else self.extractor(new)
         pk = self.pk_serde.serialize(None, record.key)
         assert pk is not None
-        if new is None:
+        if new is None and old is None:
+            return  # deleting a row that was never there: nothing to join or to revoke
+        digest = None if new is None else value_hash(self.value_serde.serialize(None, new))
+        if self.left_join:
+            # Every change of a left row gets an answer, the deletion included.
+            if old_fk is not None and old_fk != new_fk:
+                self._send(record, old_fk, DELETE_NO_PROPAGATE, digest, pk)
+            if new_fk is None:
+                # No foreign key (or no row), nothing to look up: the result is known here, at
+                # the left row's time, as Kafka Streams answers a subscription without a key.
+                self._result(record, None if new is None else self.joiner(record.key, new, None))
+            else:
+                self._send(record, new_fk, PROPAGATE_NULL_IF_NO_FK, digest, pk)
+            return
+        if new is None or new_fk is None:
+            # The row is gone (or lost its foreign key): revoke its result, if it had one.
             if old_fk is not None:
-                self._send(record, old_fk, DELETE_AND_PROPAGATE, None, pk)
-            elif old is not None:
-                self._result(record, None)
+                self._send(record, old_fk, DELETE_AND_PROPAGATE, digest, pk)
             return
         if old_fk is not None and old_fk != new_fk:
-            self._send(record, old_fk, DELETE_NO_PROPAGATE, None, pk)
-        if new_fk is None:
-            # No foreign key, nothing to look up: the result is known here.
-            self._result(record, self.joiner(record.key, new, None) if self.left_join else None)
-            return
-        moved = old_fk is not None and old_fk != new_fk
-        instruction = PROPAGATE_NULL_IF_NO_FK if self.left_join or moved else PROPAGATE_ONLY_IF_FK
-        digest = value_hash(self.value_serde.serialize(None, new))
-        self._send(record, new_fk, instruction, digest, pk)
+            self._send(record, old_fk, DELETE_NO_PROPAGATE, digest, pk)
+            self._send(record, new_fk, PROPAGATE_NULL_IF_NO_FK, digest, pk)
+        else:
+            self._send(record, new_fk, PROPAGATE_ONLY_IF_FK, digest, pk)
 
     def _send(
         self, record: Record[Any, Any], fk: Any, instruction: int, digest: bytes | None, pk: bytes
@@ -181,7 +189,7 @@ class SubscriptionReceiver(Processor[Any, Any]):
         if instruction in (DELETE_AND_PROPAGATE, DELETE_NO_PROPAGATE):
             self.store.put(store_key, None, record.timestamp_ms)
             if instruction == DELETE_AND_PROPAGATE:
-                self.context.forward(Record(pk, response_bytes(None, None), timestamp))
+                self.context.forward(Record(pk, response_bytes(digest, None), timestamp))
             return
         self.store.put(store_key, _pack_hash(digest), record.timestamp_ms)
         if row is None and instruction == PROPAGATE_ONLY_IF_FK:

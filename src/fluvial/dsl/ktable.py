@@ -27,7 +27,7 @@ from fluvial.dsl.table_ops import (
     TableToStreamProcessor,
 )
 from fluvial.dsl.table_table_join import INNER, LEFT, OUTER
-from fluvial.dsl.windows import AnyWindows
+from fluvial.dsl.windows import AnyWindows, SessionWindows
 from fluvial.processor.api import ProcessorSupplier
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import KEY_VALUE, StoreSpec
@@ -266,6 +266,10 @@ class KTable:
                     "Suppressed.until_time_limit(...)"
                 )
                 grace = 0
+            elif isinstance(self.windows, SessionWindows):
+                # A session may still grow (and so change its end) for one gap after its last
+                # record: Kafka Streams waits gap + grace before its final result.
+                grace = self.windows.inactivity_gap_ms + self.windows.grace_ms
             else:
                 grace = self.windows.grace_ms
         k = self._internal_key_serde()

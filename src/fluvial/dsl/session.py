@@ -204,6 +204,7 @@ def session_store_spec(
     return StoreSpec(
         name=store, kind=SESSION, key_serde=key_serde, value_serde=value_serde,
         store_type=m.store_type, caching_enabled=False, logging_enabled=m.logging_enabled,
-        # One more: the store expires a session when its end is *at* stream time - retention.
-        retention_ms=retention + 1, internal_format=True,
+        # As Kafka Streams' store, a session expires when its end is *at* stream time - retention
+        # (its stream time being the latest session end written).
+        retention_ms=retention, internal_format=True,
     )  # fmt: skip

@@ -185,7 +185,8 @@ class StreamStreamJoinProcessor(Processor[Any, Any]):
         """Emit waiting records whose window has closed, oldest first, then forget them.
 
         The scan stops once it has seen a still-open record of each side: records after those
-        are newer, so their windows are open too.
+        are newer, so their windows are open too. Where it stops is remembered (``min_time``)
+        so that the next scan happens only once that record's window may have closed.
         """
         assert self.outer is not None
         time, grace = self.time, self.windows.grace_ms
@@ -196,23 +197,28 @@ class StreamStreamJoinProcessor(Processor[Any, Any]):
         left_after, right_after = self.windows.after_ms, self.windows.before_ms
         left_serde = self.this_serde if self.left_side else self.other_serde
         right_serde = self.other_serde if self.left_side else self.this_serde
+        # Kafka Streams' waiting store holds a list of values per key and its scan visits each
+        # value as an entry of its own: the scan's bookkeeping (and where it stops) goes by
+        # value, not by key.
         for store_key, data in list(self.outer.range(None, None)):
             ts = _LONG.unpack_from(store_key)[0]
-            time.min_time = ts
-            if left_open and right_open:
-                break
             side = store_key[8:9]
-            if ts + (left_after if side == LEFT else right_after) + grace >= time.stream_time:
-                if side == LEFT:
-                    left_open = True
-                else:
-                    right_open = True
-                continue
-            key = self.key_serde.deserialize(None, store_key[9:])
+            is_open = ts + (left_after if side == LEFT else right_after) + grace >= time.stream_time
+            key = None if is_open else self.key_serde.deserialize(None, store_key[9:])
             for value_bytes in unpack_values(data):
+                time.min_time = ts
+                if left_open and right_open:
+                    return
+                if is_open:
+                    if side == LEFT:
+                        left_open = True
+                    else:
+                        right_open = True
+                    continue
                 if side == LEFT:
                     value = self.joiner(key, left_serde.deserialize(None, value_bytes), None)
                 else:
                     value = self.joiner(key, None, right_serde.deserialize(None, value_bytes))
                 self.context.forward(Record(key, value, ts))
-            self.outer.put(store_key, None, ts)
+            if not is_open:
+                self.outer.put(store_key, None, ts)

@@ -64,6 +64,8 @@ def windows_of(spec: dict[str, Any]) -> Any:
 
 def _materialized(node: dict[str, Any], key_type: str = "s") -> Materialized:
     m = Materialized.as_(node["store"]) if node.get("store") else Materialized()
+    if node.get("retention") is not None:
+        m = m.with_retention(node["retention"])
     return m.with_key_serde(key_serde(key_type)).with_value_serde(value_serde(node["v"]))
 
 

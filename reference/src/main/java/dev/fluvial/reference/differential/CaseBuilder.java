@@ -107,6 +107,9 @@ final class CaseBuilder {
   private static Materialized materialized(JsonNode node) {
     String store = text(node, "store");
     Materialized m = store != null ? Materialized.as(store) : Materialized.with(null, null);
+    if (node.hasNonNull("retention")) {
+      m = m.withRetention(ms(node, "retention"));
+    }
     return m.withKeySerde(STRING).withValueSerde(valueSerde(rep(node)));
   }
 
