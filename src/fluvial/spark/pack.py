@@ -152,11 +152,11 @@ def ensure_packed(
     say = say or (lambda _line: None)
     distributions = runtime_distributions()
     names = tuple(f"{d.metadata['Name']}=={d.version}" for d in distributions)
-    print_ = fingerprint(distributions)
+    digest = fingerprint(distributions)
     directory = directory or pack_dir()
-    archive = directory / f"fluvial-env-{print_}.tar.gz"
+    archive = directory / f"fluvial-env-{digest}.tar.gz"
     if archive.exists() and not force:
-        return Packed(archive, print_, names, built=False)
+        return Packed(archive, digest, names, built=False)
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say(f"packing fluvial and {len(distributions)} distributions for the executors")
@@ -165,13 +165,14 @@ def ensure_packed(
         _build_env(env_dir, distributions)
         partial = Path(scratch) / archive.name
         _venv_pack(env_dir, partial)
+        partial.chmod(0o644)  # no secret inside; other users of a shared pack dir may ship it
         os.replace(partial, archive)  # atomic: a concurrent reader sees a whole archive or none
     _remove_stale(directory, keep=archive)
     say(
         f"packed {archive} ({archive.stat().st_size / 1e6:.0f} MB) in "
         f"{time.monotonic() - started:.0f} s"
     )
-    return Packed(archive, print_, names, built=True)
+    return Packed(archive, digest, names, built=True)
 
 
 def _build_env(env_dir: Path, distributions: list[metadata.Distribution]) -> None:
