@@ -37,7 +37,7 @@ DataDirOption = Annotated[
     Path | None,
     typer.Option(
         "--data-dir",
-        help="Directory holding the cluster's data and logs [default: ~/.fluvial/kafka-PORT].",
+        help="Directory holding the cluster's data and logs (default: ~/.fluvial/kafka-PORT).",
     ),
 ]
 PortOption = Annotated[
@@ -48,7 +48,7 @@ ClientConfigOption = Annotated[
     typer.Option(
         "--client-config",
         help="Kafka client settings (security.protocol, sasl.*, ssl.*; librdkafka key=value "
-        "lines) [default: $FLUVIAL_KAFKA_CLIENT_CONFIG]. FLUVIAL_KAFKA_CLIENT_<SETTING> "
+        "lines) (default: $FLUVIAL_KAFKA_CLIENT_CONFIG). FLUVIAL_KAFKA_CLIENT_<SETTING> "
         "variables override single settings, e.g. FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD. Never "
         "put a password on the command line.",
     ),
@@ -111,7 +111,7 @@ def kafka_start(
         Path | None,
         typer.Option(
             help="With --secure: NAME=PASSWORD lines, the admin's among them; the other users "
-            "are created too [default: the admin's password from $FLUVIAL_KAFKA_ADMIN_PASSWORD]."
+            "are created too (default: the admin's password from $FLUVIAL_KAFKA_ADMIN_PASSWORD)."
         ),
     ] = None,
     admin_user: Annotated[str, typer.Option(help="With --secure: the super-user's name.")] = (
@@ -295,8 +295,8 @@ def run(
         typer.Option(
             "--pack/--no-pack",
             help="Ship fluvial and its dependencies to the Spark executors as a packed "
-            "environment (fluvial pack; spark.archives) [default: on for cluster masters, "
-            "off for local]. --no-pack when the workers have fluvial installed",
+            "environment (fluvial pack; spark.archives) (default: on for cluster masters, "
+            "off for local). --no-pack when the workers have fluvial installed",
         ),
     ] = None,
 ) -> None:
@@ -466,7 +466,7 @@ def pack(
     output_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where archives are kept [default: $FLUVIAL_PACK_DIR or ~/.cache/fluvial/pack]"
+            help="Where archives are kept (default: $FLUVIAL_PACK_DIR or ~/.cache/fluvial/pack)"
         ),
     ] = None,
 ) -> None:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import venv
 from pathlib import Path
 
@@ -26,7 +27,14 @@ from tests.runtime.harness import (
 )
 from tests.spark.standalone import standalone_cluster
 
-from fluvial.spark.pack import ENV_NAME, ensure_packed, runtime_distributions, shipping_conf
+from fluvial.spark.pack import (
+    ENV_NAME,
+    STALE_AFTER_S,
+    Packed,
+    ensure_packed,
+    runtime_distributions,
+    shipping_conf,
+)
 
 NEEDED = ("fluvial", "confluent_kafka", "rocksdict")
 
@@ -64,6 +72,25 @@ def test_pack_holds_fluvial_and_its_compiled_dependencies_and_is_reused() -> Non
     assert shipping_conf(first, {"spark.archives": "a.zip#a"}) == {
         "spark.archives": f"a.zip#a,{first.archive}#{ENV_NAME}"
     }
+
+
+@pytest.mark.slow
+def test_a_new_pack_removes_stale_archives_but_none_a_driver_ships(tmp_path: Path) -> None:
+    old = time.time() - STALE_AFTER_S - 60
+    stale, held, recent = (tmp_path / f"fluvial-env-{n}.tar.gz" for n in ("a", "b", "c"))
+    for path in (stale, held, recent):
+        path.write_bytes(b"an archive of an older environment")
+    for path in (stale, held):
+        os.utime(path, (old, old))
+    holder = Packed(held, "b", (), built=False).hold()  # a running driver ships this one
+    try:
+        packed = ensure_packed(directory=tmp_path)
+    finally:
+        holder.close()
+    assert packed.built and packed.archive.is_file()
+    assert not stale.exists()
+    assert held.exists() and recent.exists()
+    assert oct(packed.archive.stat().st_mode & 0o777) == oct(0o644)
 
 
 @pytest.mark.kafka

@@ -49,7 +49,7 @@ ClientConfig = Annotated[
     typer.Option(
         "--client-config",
         help="Kafka client settings of --bootstrap-servers' cluster (security.protocol, sasl.*, "
-        "ssl.*; librdkafka key=value lines) [default: $FLUVIAL_KAFKA_CLIENT_CONFIG], as for "
+        "ssl.*; librdkafka key=value lines) (default: $FLUVIAL_KAFKA_CLIENT_CONFIG), as for "
         "fluvial run; FLUVIAL_KAFKA_CLIENT_<SETTING> variables override single settings. "
         "Secured clusters run fluvial only, not the peers",
     ),
@@ -406,7 +406,7 @@ def postgres_sink(
     ] = "insert-loop,copy,fluvial,fluvial-upsert",
     dsn: Annotated[
         str | None,
-        typer.Option(envvar="FLUVIAL_BENCH_DSN", help="PostgreSQL to use [default: a private one]"),
+        typer.Option(envvar="FLUVIAL_BENCH_DSN", help="PostgreSQL to use (default: a private one)"),
     ] = None,
     json_out: JsonOut = None,
     bootstrap_servers: Bootstrap = None,

@@ -129,6 +129,7 @@ class SparkApplication:
         self.on_lease = on_lease
         #: A packed environment for executors without fluvial (``fluvial pack``), if any.
         self.python_env = python_env
+        self._held_env: Any = None
         self.stop_event = threading.Event()
         self.errors: list[BaseException] = []
         self.task_ids: list[TaskId] = []
@@ -188,6 +189,7 @@ class SparkApplication:
                 from fluvial.spark.pack import shipping_conf
 
                 conf.update(shipping_conf(self.python_env, conf))
+                self._held_env = self.python_env.hold()
                 os.environ["PYSPARK_PYTHON"] = self.python_env.executor_python
             self._spark = local_spark_session(
                 with_task_retries(self.master),
@@ -231,6 +233,9 @@ class SparkApplication:
         if self._owns_spark and self._spark is not None:
             self._spark.stop()
             self._spark = None
+        if self._held_env is not None:
+            self._held_env.close()
+            self._held_env = None
 
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""

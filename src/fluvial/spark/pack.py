@@ -18,6 +18,7 @@ and fluvial's own files.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata as metadata
 import os
@@ -31,6 +32,7 @@ import venv
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -45,6 +47,8 @@ ENV_NAME = "fluvial-env"
 PROVIDED_BY_SPARK = frozenset({"pyspark", "py4j"})
 #: Changes when the archive's layout changes, so old archives are not reused.
 PACK_FORMAT = "1"
+#: Archives of older environments go once unused this long (and held by no driver).
+STALE_AFTER_S = 86_400
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,13 @@ class Packed:
     @property
     def executor_python(self) -> str:
         return f"./{ENV_NAME}/bin/python"
+
+    def hold(self) -> IO[bytes]:
+        """Keep the archive from being removed as stale while a driver ships it (executors
+        that join later fetch it from the driver): a shared lock, until the handle closes."""
+        handle = open(self.archive, "rb")  # noqa: SIM115 - held for the application's life
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        return handle
 
 
 def pack_dir() -> Path:
@@ -152,11 +163,12 @@ def ensure_packed(
     say = say or (lambda _line: None)
     distributions = runtime_distributions()
     names = tuple(f"{d.metadata['Name']}=={d.version}" for d in distributions)
-    print_ = fingerprint(distributions)
+    digest = fingerprint(distributions)
     directory = directory or pack_dir()
-    archive = directory / f"fluvial-env-{print_}.tar.gz"
+    archive = directory / f"fluvial-env-{digest}.tar.gz"
     if archive.exists() and not force:
-        return Packed(archive, print_, names, built=False)
+        archive.touch()  # in use: not stale
+        return Packed(archive, digest, names, built=False)
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say(f"packing fluvial and {len(distributions)} distributions for the executors")
@@ -165,13 +177,14 @@ def ensure_packed(
         _build_env(env_dir, distributions)
         partial = Path(scratch) / archive.name
         _venv_pack(env_dir, partial)
+        partial.chmod(0o644)  # no secret inside; other users of a shared pack dir may ship it
         os.replace(partial, archive)  # atomic: a concurrent reader sees a whole archive or none
     _remove_stale(directory, keep=archive)
     say(
         f"packed {archive} ({archive.stat().st_size / 1e6:.0f} MB) in "
         f"{time.monotonic() - started:.0f} s"
     )
-    return Packed(archive, print_, names, built=True)
+    return Packed(archive, digest, names, built=True)
 
 
 def _build_env(env_dir: Path, distributions: list[metadata.Distribution]) -> None:
@@ -216,15 +229,19 @@ def _venv_pack(env_dir: Path, output: Path) -> None:
 
 
 def _remove_stale(directory: Path, keep: Path) -> None:
-    """Older archives of this directory, once unused for a day (another driver may ship one)."""
-    cutoff = time.time() - 86_400
+    """Older archives of this directory, unused for a day and held by no running driver."""
+    cutoff = time.time() - STALE_AFTER_S
     for old in directory.glob("fluvial-env-*.tar.gz"):
-        if old != keep:
-            try:
-                if old.stat().st_mtime < cutoff:
-                    old.unlink()
-            except OSError:
-                pass
+        if old == keep:
+            continue
+        try:
+            if old.stat().st_mtime >= cutoff:
+                continue
+            with open(old, "rb") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while one is held
+                old.unlink()
+        except OSError:
+            pass
 
 
 # -- shipping -------------------------------------------------------------------------------------

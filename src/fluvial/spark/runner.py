@@ -48,7 +48,7 @@ def run_spark_application(
     console = console or Console(stderr=True)
     check_serve_address(serve)
     python_env = None
-    if pack if pack is not None else is_cluster_master(master):
+    if is_cluster_master(master) if pack is None else pack:
         python_env = ensure_packed(say=lambda line: console.print(f"fluvial: {line}",
                                                                   highlight=False))  # fmt: skip
         console.print(
