@@ -182,19 +182,31 @@ def check_connection(
     )
     result: list[BaseException] = []
 
+    done = threading.Event()
+
     def probe() -> None:
-        try:
-            admin.list_topics(timeout=timeout_s)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            result.append(error)
+        # Short calls, so that the probe ends soon after a failure is known: a thread still
+        # inside librdkafka when the process exits would crash it (SIGSEGV at exit).
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                admin.list_topics(timeout=1.0)
+                break
+            except BaseException as error:  # noqa: BLE001 - reported below
+                if done.is_set() or time.monotonic() >= end:
+                    result.append(error)
+                    break
         failed.set()
 
-    threading.Thread(target=probe, daemon=True).start()
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
     deadline = time.monotonic() + timeout_s + 5
     # Error callbacks are delivered by poll(): poll until the probe ends or one fails.
     while not failed.is_set() and time.monotonic() < deadline:
         admin.poll(0.1)
     admin.poll(0)
+    done.set()
+    prober.join(10)
     if failures:
         raise _explain(failures[0], bootstrap_servers, settings)
     if result:
