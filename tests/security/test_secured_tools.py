@@ -15,7 +15,8 @@ import pytest
 from tests.security.conftest import SecureCluster
 from tests.security.test_secured_cluster import assert_no_secrets
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+# verify and bench each start an application and its checks; under load one test took 578 s.
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
