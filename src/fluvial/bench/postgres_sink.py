@@ -47,7 +47,7 @@ def postgres(dsn: str | None) -> Iterator[str]:
 
 def preload(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     create_topics(bootstrap, [TopicSpec(topic, partitions)])
-    producer = _producer(bootstrap, linger_ms=20)
+    producer = _producer(bootstrap, linger_ms=20, settings={})
     base_ms = int(time.time() * 1000) - 10 * records - 60_000
     for record in generate_input("passthrough", records, base_ms=base_ms):
         while True:
