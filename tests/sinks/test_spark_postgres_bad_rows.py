@@ -209,15 +209,6 @@ def test_with_fail_a_bad_row_stops_the_query_and_nothing_of_its_batch_commits(
         ({"on_bad_row": "dead_letter", "dead_letter_topic": "d"}, "needs bootstrap_servers"),
         ({"dead_letter_topic": "d"}, "on_bad_row='fail' stops at bad rows"),
         ({"bootstrap_servers": "127.0.0.1:9092"}, "sends nothing to Kafka"),
-        (
-            {
-                "on_bad_row": "dead_letter",
-                "dead_letter_topic": "d",
-                "bootstrap_servers": "b:1",
-                "client_config": {"bootstrap.servers": "x"},
-            },
-            "bootstrap",
-        ),  # fmt: skip
     ],
 )
 def test_bad_row_options_are_checked_before_the_query_starts(kwargs, message) -> None:
