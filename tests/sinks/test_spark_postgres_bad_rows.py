@@ -42,7 +42,7 @@ BAD = {
     30: (("3", None, "t30"), 'null value in column "code"'),
     40: (("4", "toolong", "t40"), "value too long for type character(3)"),
     50: (("5", "abc", "taken"), "duplicate key value violates unique constraint"),
-    60: (("6", "abc", "t60"), "duplicate key value violates unique constraint"),  # id 1000 below
+    60: (("6", "abc", "t60"), "duplicate key value violates unique constraint"),  # id -1 below
     70: (("7", "a\x00c", "t70"), "holds a NUL character"),
 }
 
@@ -52,14 +52,14 @@ def rows_for(ids: range) -> list[tuple]:
     rows = []
     for i in ids:
         n, code, tag = BAD[i][0] if i in BAD else (str(i), "abc", f"t{i}")
-        rows.append((1000 if i == 60 else i, n, code, tag))
+        rows.append((-1 if i == 60 else i, n, code, tag))
     return rows
 
 
 def make_table(pg_dsn: str, table: str, extra: str = "") -> None:
     query(pg_dsn, TABLE.format(table=table, extra=extra))
     # Rows already in the table: the targets of the unique and primary-key violations.
-    query(pg_dsn, f"INSERT INTO {table} (id, n, code, tag) VALUES (1000, 0, 'old', 'taken')")
+    query(pg_dsn, f"INSERT INTO {table} (id, n, code, tag) VALUES (-1, 0, 'old', 'taken')")
 
 
 def letters_by_id(bootstrap: str, topic: str) -> dict[int, list]:
@@ -86,12 +86,12 @@ def test_bad_rows_go_to_the_dead_letter_topic_once_and_every_good_row_lands_once
 
     result = sink(batch, 0)
     assert (result.rows_written, result.dead_letters, result.skipped) == (92, 8, False)
-    landed = query(pg_dsn, f"SELECT id, n, code, tag FROM {table} WHERE id < 1000 ORDER BY id")
+    landed = query(pg_dsn, f"SELECT id, n, code, tag FROM {table} WHERE id >= 0 ORDER BY id")
     assert landed == [(i, i, "abc", f"t{i}") for i in range(100) if i not in BAD]
     letters = letters_by_id(bootstrap_servers, dead)
-    assert sorted(letters) == sorted(1000 if i == 60 else i for i in BAD)
+    assert sorted(letters) == sorted(-1 if i == 60 else i for i in BAD)
     for i, (values, reason) in BAD.items():
-        [letter] = letters[1000 if i == 60 else i]
+        [letter] = letters[-1 if i == 60 else i]
         headers = dict(letter.headers())
         assert reason in headers["fluvial.sink.error"].decode(), (i, headers)
         assert headers["fluvial.spark.sink"] == table.encode()
@@ -115,7 +115,7 @@ def test_bad_rows_go_to_the_dead_letter_topic_once_and_every_good_row_lands_once
     letters = letters_by_id(bootstrap_servers, dead)
     assert sum(len(v) for v in letters.values()) == 9
     assert dict(letters[100][0].headers())["fluvial.spark.batch"] == b"1"
-    assert query(pg_dsn, f"SELECT count(*) FROM {table} WHERE id < 1000") == [(93,)]
+    assert query(pg_dsn, f"SELECT count(*) FROM {table} WHERE id >= 0") == [(93,)]
 
 
 def test_upsert_dead_letters_carry_the_key_and_a_bad_row_keeps_the_old_value(
@@ -293,7 +293,7 @@ def test_a_query_killed_around_its_dead_letters_sends_each_once_and_lands_each_g
     events = progress.read_text().split("\n")
     assert {"skipped 1", "skipped 3", "skipped 5"} <= set(events), events
     # Every input row is in exactly one place: the table if good, the dead letters if bad.
-    landed = [r[0] for r in query(pg_dsn, f"SELECT id FROM {table} WHERE id < 1000")]
+    landed = [r[0] for r in query(pg_dsn, f"SELECT id FROM {table} WHERE id >= 0")]
     assert len(landed) == len(set(landed)), "a good row landed twice"
     assert sorted(landed) == [i for i in range(1500) if i not in expected_bad]
     letters = letters_by_id(bootstrap_servers, dead)

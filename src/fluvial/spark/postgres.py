@@ -28,7 +28,7 @@ it. The price is writing the rows twice (staging, then target).
 
 **Bad rows.** Values meet their column types and the table's constraints in step 3 only, in
 one statement. When PostgreSQL refuses it, the driver finds the rows it refuses by bisection
-under savepoints (:func:`fluvial.sinks.store.write_or_bisect`) and writes the others. With
+under savepoints and writes the others (:mod:`fluvial.spark.postgres_staging`). With
 ``on_bad_row="fail"`` (the default) the batch then rolls back whole and the query stops with
 an error that names the row and its problem. With ``on_bad_row="dead_letter"`` the bad rows go
 into an outbox table in the same transaction, and from there to the dead-letter topic,
@@ -37,11 +37,9 @@ exactly once (:mod:`fluvial.spark.postgres_dead_letters`).
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import logging
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +50,17 @@ from fluvial.spark.postgres_dead_letters import (
     DeadLetter,
     DeadLetterOutbox,
     check_bad_row_options,
+)
+from fluvial.spark.postgres_staging import (
+    STAGE_COLUMNS,
+    BadRow,
+    BatchMove,
+    TaskSpec,
+    json_bytes,
+    json_kind,
+    json_value,
+    stage_partition,
+    table_columns,
 )
 from fluvial.spark.sink import SinkError
 
@@ -77,16 +86,6 @@ _TYPES = {
     "timestamp_ntz": "timestamp",
     "date": "date",
 }
-#: The staging table's own columns, after the batch's (all text).
-_STAGE_COLUMNS = (
-    ("fluvial_batch", "int8"),
-    ("fluvial_partition", "int4"),
-    ("fluvial_attempt", "int8"),
-    ("fluvial_row", "int8"),
-    # Set by the task for a row it cannot stage as it is (text with a NUL character).
-    ("fluvial_error", "text"),
-)
-_NUL = "\x00"
 
 
 @dataclass(frozen=True)
@@ -99,25 +98,6 @@ class PostgresBatchResult:
     skipped: bool
     #: Bad rows of the batch set aside for the dead-letter topic.
     dead_letters: int = 0
-
-
-@dataclass(frozen=True)
-class _TaskSpec:
-    """What a Spark task needs to stage its partition; small and picklable."""
-
-    dsn: str
-    sink_id: str
-    stage: tuple[str, ...]
-    columns: tuple[str, ...]
-    utc_columns: tuple[int, ...]  # positions of timestamp (with time zone) columns
-    text_columns: tuple[int, ...]  # positions of string columns
-    timeout_ms: int
-
-
-@dataclass(frozen=True)
-class _BadRow:
-    values: tuple[str | None, ...]  # as staged: the text PostgreSQL was given
-    error: str
 
 
 class PostgresSink:
@@ -205,7 +185,7 @@ class PostgresSink:
 
     def columns(self, schema: StructType) -> list[tuple[str, str]]:
         """(name, PostgreSQL type) of every column; raises on what the sink cannot write."""
-        reserved = {name for name, _ in _STAGE_COLUMNS}
+        reserved = {name for name, _ in STAGE_COLUMNS}
         out = []
         for f in schema.fields:
             if not _NAME.match(f.name):
@@ -239,14 +219,14 @@ class PostgresSink:
         names = tuple(n for n, _ in columns)
         utc = tuple(i for i, f in enumerate(fields) if isinstance(f.dataType, TimestampType))
         text = tuple(i for i, f in enumerate(fields) if isinstance(f.dataType, StringType))
-        spec = _TaskSpec(self.dsn, self.sink_id, self.stage_parts, names, utc, text,
+        spec = TaskSpec(self.dsn, self.sink_id, self.stage_parts, names, utc, text,
                          self.timeout_ms)  # fmt: skip
 
         def stage(index: int, rows: Iterable[Any]) -> Iterator[tuple[int, int, int, int]]:
-            return _stage_partition(spec, batch_id, index, rows)
+            return stage_partition(spec, batch_id, index, rows)
 
         staged = batch_df.rdd.mapPartitionsWithIndex(stage).collect()
-        kinds = tuple(_json_kind(f.dataType) for f in fields)
+        kinds = tuple(json_kind(f.dataType) for f in fields)
         outcome = self._commit(batch_id, names, kinds, staged)
         if outcome is None:  # another driver committed the batch first
             self.last_result = PostgresBatchResult(batch_id, 0, True)
@@ -272,7 +252,7 @@ class PostgresSink:
                 "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, batch_id))"
             ).format(batches),
         )
-        if "dead_letters" not in {name for name, _ in _table_columns(conn, self.batches_parts)}:
+        if "dead_letters" not in {name for name, _ in table_columns(conn, self.batches_parts)}:
             # A batch table from before bad rows had a count.
             conn.execute(
                 sql.SQL(
@@ -295,7 +275,7 @@ class PostgresSink:
                     target, sql.SQL(", ").join(definitions)
                 ),
             )
-        found = dict(_table_columns(conn, self.table_parts))
+        found = dict(table_columns(conn, self.table_parts))
         if not found:
             raise ConfigError(
                 f"table {self.table!r} does not exist: create it, or let the sink create it "
@@ -313,8 +293,8 @@ class PostgresSink:
         # shape (the batch's columns changed) holds nothing a later batch reads: recreate it.
         stage = sql.Identifier(*self.stage_parts)
         expected = [(n, ("pg_catalog", "text")) for n, _ in columns]
-        expected += [(n, ("pg_catalog", t)) for n, t in _STAGE_COLUMNS]
-        present = _table_columns(conn, self.stage_parts)
+        expected += [(n, ("pg_catalog", t)) for n, t in STAGE_COLUMNS]
+        present = table_columns(conn, self.stage_parts)
         if present and present != expected:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
         if present != expected:
@@ -322,7 +302,7 @@ class PostgresSink:
             # crash in between loses only rows that the batch's retry stages again.
             definitions = [sql.SQL("{} text").format(sql.Identifier(n)) for n, _ in columns]
             definitions += [
-                sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in _STAGE_COLUMNS
+                sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in STAGE_COLUMNS
             ]
             _create_racing(
                 conn,
@@ -339,7 +319,7 @@ class PostgresSink:
             return
         from psycopg import sql
 
-        if _table_columns(conn, self.dead_letters_parts):
+        if table_columns(conn, self.dead_letters_parts):
             [(waiting,)] = conn.execute(
                 sql.SQL("SELECT count(*) FROM {} WHERE sink_id = %s").format(
                     sql.Identifier(*self.dead_letters_parts)
@@ -401,7 +381,7 @@ class PostgresSink:
                         .format(batches),
                         [self.sink_id, batch_id, expected],
                     )  # fmt: skip
-                    written, bad = _BatchMove(self, conn, batch_id, names, staged).run()
+                    written, bad = BatchMove(self, conn, batch_id, names, staged).run()
                     if self.mode == "append" and written + len(bad) != expected:
                         raise SinkError(
                             f"sink {self.sink_id!r}: batch {batch_id} staged {expected} rows "
@@ -446,9 +426,7 @@ class PostgresSink:
                 self.outbox.relay(conn)
         return expected - len(bad), len(bad)
 
-    def _bad_row_error(
-        self, batch_id: int, names: tuple[str, ...], bad: list[_BadRow]
-    ) -> SinkError:
+    def _bad_row_error(self, batch_id: int, names: tuple[str, ...], bad: list[BadRow]) -> SinkError:
         first = bad[0]
         row = json.dumps(dict(zip(names, first.values, strict=True)), ensure_ascii=False)
         if len(row) > 300:
@@ -461,160 +439,12 @@ class PostgresSink:
             "dead_letter_topic) to set such rows aside; then restart the query"
         )
 
-    def _letter(self, names: tuple[str, ...], kinds: tuple[str, ...], bad: _BadRow) -> DeadLetter:
-        row = {n: _json_value(k, v) for n, k, v in zip(names, kinds, bad.values, strict=True)}
+    def _letter(self, names: tuple[str, ...], kinds: tuple[str, ...], bad: BadRow) -> DeadLetter:
+        row = {n: json_value(k, v) for n, k, v in zip(names, kinds, bad.values, strict=True)}
         key = None
         if self.mode == "upsert":
-            key = _json_bytes({k: row[k] for k in self.key_columns})
-        return DeadLetter(key, _json_bytes(row), bad.error)
-
-
-class _BatchMove:
-    """Step 3's rows: the successful attempts' staged rows into the target, except the ones
-    PostgreSQL refuses, which it returns with their reasons."""
-
-    def __init__(
-        self,
-        sink: PostgresSink,
-        conn: Any,
-        batch_id: int,
-        names: tuple[str, ...],
-        staged: list[tuple[int, int, int, int]],
-    ) -> None:
-        from psycopg import sql
-
-        self.sink, self.conn, self.names = sink, conn, names
-        self.stage = sql.Identifier(*sink.stage_parts)
-        self.attempts = sql.SQL(
-            "fluvial_batch = %s AND (fluvial_partition, fluvial_attempt) IN "
-            "(SELECT * FROM unnest(%s::int[], %s::bigint[]))"
-        )
-        self.args = [batch_id, [s[0] for s in staged], [s[1] for s in staged]]
-        self.refused_by_tasks = sum(s[3] for s in staged)
-        self.cols = sql.SQL(", ").join(sql.Identifier(n) for n in names)
-
-    def run(self) -> tuple[int, list[_BadRow]]:
-        import psycopg
-        from psycopg import sql
-
-        from fluvial.sinks.store import write_or_bisect
-
-        bad = self._refused_by_tasks()
-        good = self.attempts + sql.SQL(" AND fluvial_error IS NULL")
-        try:
-            with self.conn.transaction():
-                cur = self.conn.execute(self._insert(self.stage, good), self.args)
-            return cur.rowcount, bad
-        except (psycopg.DataError, psycopg.IntegrityError):
-            pass
-        # Some rows are refused. Number the batch's rows, then find those by bisection.
-        self.conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE fluvial_rows ON COMMIT DROP AS "
-                "SELECT row_number() OVER () AS fluvial_n, {} FROM {} WHERE "
-            ).format(self.cols, self.stage)
-            + good,
-            self.args,
-        )
-        self.conn.execute("CREATE INDEX ON fluvial_rows (fluvial_n)")
-        self.conn.execute("ANALYZE fluvial_rows")
-        [(count,)] = self.conn.execute("SELECT count(*) FROM fluvial_rows").fetchall()
-        written = 0
-        rows = sql.Identifier("fluvial_rows")
-        between = sql.SQL("fluvial_n >= %s AND fluvial_n < %s")
-
-        def write(chunk: Sequence[int]) -> None:
-            nonlocal written
-            assert isinstance(chunk, range)
-            cur = self.conn.execute(self._insert(rows, between), [chunk.start, chunk.stop])
-            written += cur.rowcount
-
-        for n, exc in write_or_bisect(self.conn, range(1, count + 1), write):
-            [values] = self.conn.execute(
-                sql.SQL("SELECT {} FROM fluvial_rows WHERE fluvial_n = %s").format(self.cols),
-                [n],
-            ).fetchall()
-            bad.append(_BadRow(tuple(values), self._reason(n, exc)))
-        return written, bad
-
-    def _refused_by_tasks(self) -> list[_BadRow]:
-        from psycopg import sql
-
-        if not self.refused_by_tasks:
-            return []
-        rows = self.conn.execute(
-            sql.SQL("SELECT {}, fluvial_error FROM {} WHERE ").format(self.cols, self.stage)
-            + self.attempts
-            + sql.SQL(" AND fluvial_error IS NOT NULL ORDER BY fluvial_partition, fluvial_row"),
-            self.args,
-        ).fetchall()
-        return [_BadRow(tuple(r[:-1]), r[-1]) for r in rows]
-
-    def _insert(self, source: Any, where: Any) -> Any:
-        from psycopg import sql
-
-        sink = self.sink
-        casts = sql.SQL(", ").join(
-            sql.SQL("CAST({} AS {})").format(sql.Identifier(n), sql.Identifier(*sink._casts[n]))
-            for n in self.names
-        )
-        statement = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE ").format(
-            sql.Identifier(*sink.table_parts), self.cols, casts, source
-        )
-        statement += where
-        if sink.mode == "upsert":
-            keys = set(sink.key_columns)
-            updates = [
-                sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
-                for n in self.names
-                if n not in keys
-            ]
-            statement += sql.SQL(" ON CONFLICT ({}) DO ").format(
-                sql.SQL(", ").join(sql.Identifier(k) for k in sink.key_columns)
-            )
-            statement += (
-                sql.SQL("UPDATE SET ") + sql.SQL(", ").join(updates)
-                if updates
-                else sql.SQL("NOTHING")
-            )
-        return statement
-
-    def _reason(self, n: int, exc: BaseException) -> str:
-        """PostgreSQL's reason; for a value that does not fit its type, with its column."""
-        import psycopg
-        from psycopg import sql
-
-        from fluvial.sinks.store import rejection
-
-        if isinstance(exc, psycopg.DataError):
-            for name in self.names:
-                try:
-                    with self.conn.transaction():
-                        self.conn.execute(
-                            sql.SQL("SELECT CAST({} AS {}) FROM fluvial_rows WHERE fluvial_n = %s")
-                            .format(sql.Identifier(name), sql.Identifier(*self.sink._casts[name])),
-                            [n],
-                        )  # fmt: skip
-                except psycopg.DataError as column_exc:
-                    return rejection(column_exc, name)
-        return rejection(exc)
-
-
-def _table_columns(conn: Any, parts: tuple[str, ...]) -> list[tuple[str, tuple[str, str]]]:
-    """(name, (type schema, type name)) of a table's columns in order; [] when it is absent.
-
-    The type's own name, never ``format_type``: a cast to ``character`` or ``bit`` means a
-    length of 1 and truncates, where the bare type name keeps the column's length check."""
-    from psycopg import sql
-
-    rows = conn.execute(
-        "SELECT a.attname, n.nspname, t.typname FROM pg_attribute a "
-        "JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace n ON n.oid = t.typnamespace "
-        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum",
-        [sql.Identifier(*parts).as_string(conn)],
-    ).fetchall()
-    return [(name, (schema, type_name)) for name, schema, type_name in rows]
+            key = json_bytes({k: row[k] for k in self.key_columns})
+        return DeadLetter(key, json_bytes(row), bad.error)
 
 
 def _pg_type(name: str, data_type: DataType) -> str:
@@ -629,83 +459,6 @@ def _pg_type(name: str, data_type: DataType) -> str:
         f"column {name!r} has type {simple}, which the PostgreSQL sink does not write: cast it, "
         "or turn it into JSON text with to_json()"
     )
-
-
-def _json_kind(data_type: DataType) -> str:
-    """How a dead letter shows a column's value: JSON numbers and booleans where Spark has
-    them, otherwise the text PostgreSQL was given."""
-    from pyspark.sql.types import BooleanType, DoubleType, FloatType, IntegralType
-
-    if isinstance(data_type, IntegralType):
-        return "int"
-    if isinstance(data_type, DoubleType | FloatType):
-        return "float"
-    if isinstance(data_type, BooleanType):
-        return "bool"
-    return "text"
-
-
-def _json_value(kind: str, text: str | None) -> Any:
-    if text is None or kind == "text":
-        return text
-    if kind == "bool":
-        return text == "t"
-    if kind == "int":
-        return int(text)
-    number = float(text)
-    return number if math.isfinite(number) else text  # JSON has no NaN or Infinity
-
-
-def _json_bytes(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-# -- executor side ---------------------------------------------------------------------------
-
-
-def _stage_partition(
-    spec: _TaskSpec, batch_id: int, index: int, rows: Iterable[Any]
-) -> Iterator[tuple[int, int, int, int]]:
-    """Copy one partition into the staging table under this task attempt's id. Yields
-    (partition, attempt, rows staged, rows refused here)."""
-    import psycopg
-    from psycopg import sql
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    attempt = context.taskAttemptId() if context is not None else 0
-    names = sql.SQL(", ").join(sql.Identifier(n) for n in spec.columns)
-    own = sql.SQL(", ").join(sql.Identifier(n) for n, _ in _STAGE_COLUMNS)
-    statement = sql.SQL("COPY {} ({}, {}) FROM STDIN").format(
-        sql.Identifier(*spec.stage), names, own
-    )
-    count = refused = 0
-    utc, text = spec.utc_columns, spec.text_columns
-    with psycopg.connect(
-        spec.dsn, application_name=f"fluvial-spark-sink:{spec.sink_id}"[:63],
-        options=f"-c statement_timeout={spec.timeout_ms}",
-    ) as conn:  # fmt: skip
-        with conn.cursor() as cur, cur.copy(statement) as copy:
-            for row in rows:
-                values = list(row)
-                for i in utc:
-                    # Spark hands timestamps over as naive local times; make them absolute.
-                    if values[i] is not None:
-                        values[i] = values[i].astimezone(dt.UTC)
-                error = None
-                for i in text:
-                    if values[i] is not None and _NUL in values[i]:
-                        # PostgreSQL text cannot hold NUL: a bad row, shown with \u0000.
-                        values[i] = values[i].replace(_NUL, "\\u0000")
-                        error = error or (
-                            f"column {spec.columns[i]!r} holds a NUL character (0x00), which "
-                            "PostgreSQL text cannot store (shown here as \\u0000)"
-                        )
-                refused += error is not None
-                copy.write_row((*values, batch_id, index, attempt, count, error))
-                count += 1
-        conn.commit()
-    yield index, attempt, count, refused
 
 
 __all__ = ["PostgresBatchResult", "PostgresSink"]
