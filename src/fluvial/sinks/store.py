@@ -7,6 +7,7 @@ Every batch is one transaction, in this order:
    partitions between this check and the commit: either it waits for us, or we see its epoch.
 2. Write the rows (``COPY``; for tables, ``COPY`` into a staging table and merge from there).
    A row PostgreSQL rejects is found by bisection under savepoints; the others are written.
+   Deferred constraints are made immediate for this, so that they too are found by row.
 3. Hand bad rows to the sink (dead-letter topic, or stop, which rolls everything back).
 4. Move the offsets forward. The commit makes rows and offsets visible together.
 
@@ -353,6 +354,9 @@ class SinkStore:
         topics, numbers = _columns(owned)
         outcome = BatchOutcome(bad=list(bad))
         with conn.transaction():
+            # Deferred constraints are checked at each statement, so that a violation is found
+            # with its row (and set aside) rather than failing the COMMIT.
+            conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
             rows = self._lock(conn, topics, numbers)
             found = {(r[0], r[1]): (r[2], r[3]) for r in rows}
             for tp in owned:

@@ -390,7 +390,7 @@ class PostgresSink:
                         )
                     if bad:
                         if self.outbox is None:
-                            raise self._bad_row_error(batch_id, names, bad)
+                            raise self._bad_row_error(batch_id, names, kinds, bad)
                         self.outbox.add(
                             conn, batch_id, [self._letter(names, kinds, b) for b in bad]
                         )
@@ -426,9 +426,11 @@ class PostgresSink:
                 self.outbox.relay(conn)
         return expected - len(bad), len(bad)
 
-    def _bad_row_error(self, batch_id: int, names: tuple[str, ...], bad: list[BadRow]) -> SinkError:
+    def _bad_row_error(
+        self, batch_id: int, names: tuple[str, ...], kinds: tuple[str, ...], bad: list[BadRow]
+    ) -> SinkError:
         first = bad[0]
-        row = json.dumps(dict(zip(names, first.values, strict=True)), ensure_ascii=False)
+        row = json.dumps(_typed(names, kinds, first), ensure_ascii=False)
         if len(row) > 300:
             row = row[:300] + "…"
         more = f" ({len(bad) - 1} more bad row(s) in this batch)" if len(bad) > 1 else ""
@@ -440,11 +442,16 @@ class PostgresSink:
         )
 
     def _letter(self, names: tuple[str, ...], kinds: tuple[str, ...], bad: BadRow) -> DeadLetter:
-        row = {n: json_value(k, v) for n, k, v in zip(names, kinds, bad.values, strict=True)}
+        row = _typed(names, kinds, bad)
         key = None
         if self.mode == "upsert":
             key = json_bytes({k: row[k] for k in self.key_columns})
         return DeadLetter(key, json_bytes(row), bad.error)
+
+
+def _typed(names: tuple[str, ...], kinds: tuple[str, ...], bad: BadRow) -> dict[str, Any]:
+    """A bad row as a dead letter and an error show it."""
+    return {n: json_value(k, v) for n, k, v in zip(names, kinds, bad.values, strict=True)}
 
 
 def _pg_type(name: str, data_type: DataType) -> str:
