@@ -14,14 +14,14 @@ is inserted again. :class:`PostgresSink` commits each micro-batch exactly once::
 How it works, per micro-batch ``b``:
 
 1. If the sink's batch table already holds ``b``, the batch is a replay and nothing is written.
-2. Each Spark task copies its partition into a staging table (``COPY``, unlogged, every value
-   as text), tagged with the batch, its partition, its task attempt and the row's position,
-   and commits. Tasks that fail, and zombie attempts that finish late, leave rows that nobody
+2. Each Spark task copies its partition into a staging table (``COPY``, unlogged; a value of
+   its column's own type as that type, any other as text), tagged with the batch, its
+   partition, its task attempt and the row's position, and commits. Tasks that fail, and zombie attempts that finish late, leave rows that nobody
    reads.
 3. The driver, in one transaction: inserts ``b`` into the batch table (its primary key makes
    a concurrent or repeated commit of ``b`` fail), moves the rows of exactly the attempts that
-   Spark reported as successful into the target table (each value cast to its column's type
-   there, as ``COPY`` would parse it), and deletes the batch's staging rows.
+   Spark reported as successful into the target table (each text value cast to its column's
+   type there, as ``COPY`` would parse it), and deletes the batch's staging rows.
 
 So the batch becomes visible at once, whole, and exactly once, however Spark splits or retries
 it. The price is writing the rows twice (staging, then target).
@@ -70,6 +70,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fluvial.spark.postgres")
 
+_TYPE_NAMES = {
+    "bigint": "int8",
+    "integer": "int4",
+    "smallint": "int2",
+    "double precision": "float8",
+    "real": "float4",
+    "boolean": "bool",
+}
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TYPES = {
@@ -288,11 +296,17 @@ class PostgresSink:
                 "them (ALTER TABLE ... ADD COLUMN), or select only the table's columns"
             )
         self._casts = {n: found[n] for n, _ in columns}
-        # Every value is staged as text and meets its column's type in the driver's
-        # transaction, where a bad one can be found and set aside. A staging table of another
-        # shape (the batch's columns changed) holds nothing a later batch reads: recreate it.
+        # A value whose Spark type is its column's own type is staged as that type: it cannot
+        # be refused for its type, and the move copies it as it is. Any other value is staged
+        # as text and cast to its column's type in the move (the cast COPY would apply), where
+        # one that does not fit is found and set aside. A staging table of another shape (the
+        # batch's columns or the table changed) holds nothing a later batch reads: recreate it.
+        staged_types = {
+            n: natural if found[n] == ("pg_catalog", natural) else "text"
+            for n, natural in ((n, _type_name(t)) for n, t in columns)
+        }
         stage = sql.Identifier(*self.stage_parts)
-        expected = [(n, ("pg_catalog", "text")) for n, _ in columns]
+        expected = [(n, ("pg_catalog", staged_types[n])) for n, _ in columns]
         expected += [(n, ("pg_catalog", t)) for n, t in STAGE_COLUMNS]
         present = table_columns(conn, self.stage_parts)
         if present and present != expected:
@@ -300,7 +314,10 @@ class PostgresSink:
         if present != expected:
             # Unlogged: staged rows are copied into the target within the batch; a server
             # crash in between loses only rows that the batch's retry stages again.
-            definitions = [sql.SQL("{} text").format(sql.Identifier(n)) for n, _ in columns]
+            definitions = [
+                sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(staged_types[n]))
+                for n, _ in columns
+            ]
             definitions += [
                 sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in STAGE_COLUMNS
             ]
@@ -452,6 +469,11 @@ class PostgresSink:
 def _typed(names: tuple[str, ...], kinds: tuple[str, ...], bad: BadRow) -> dict[str, Any]:
     """A bad row as a dead letter and an error show it."""
     return {n: json_value(k, v) for n, k, v in zip(names, kinds, bad.values, strict=True)}
+
+
+def _type_name(pg_type: str) -> str:
+    """The catalog name of a type the sink derives from Spark's (``numeric(10,2)``: numeric)."""
+    return _TYPE_NAMES.get(pg_type) or pg_type.split("(")[0]
 
 
 def _pg_type(name: str, data_type: DataType) -> str:

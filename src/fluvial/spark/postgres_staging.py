@@ -1,10 +1,11 @@
 """The rows' way into PostgreSQL for the Spark writer (:mod:`fluvial.spark.postgres`).
 
-Spark tasks *stage* their partitions: every value as text, in an unlogged table, tagged with
-the batch, the partition, the task attempt and the row's position. The driver then *moves* the
-rows of the successful attempts into the target in the batch's transaction, each value cast to
-its column's type there (the cast ``COPY`` would apply), so that types and constraints meet
-the rows in one place, where a refused row can be found and set aside:
+Spark tasks *stage* their partitions in an unlogged table, tagged with the batch, the
+partition, the task attempt and the row's position: a value of its column's own type as that
+type, any other as text. The driver then *moves* the rows of the successful attempts into the
+target in the batch's transaction, each text value cast to its column's type there (the cast
+``COPY`` would apply), so that types and constraints meet the rows in one place, where a
+refused row can be found and set aside:
 
 - one ``INSERT ... SELECT`` for the whole batch, which is all a batch without bad rows costs;
 - when PostgreSQL refuses it, the batch's rows are numbered in a temporary table and the
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from fluvial.spark.postgres import PostgresSink
 
-#: The staging table's own columns, after the batch's (all text).
+#: The staging table's own columns, after the batch's.
 STAGE_COLUMNS = (
     ("fluvial_batch", "int8"),
     ("fluvial_partition", "int4"),
@@ -52,7 +53,7 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class BadRow:
-    values: tuple[str | None, ...]  # as staged: the text PostgreSQL was given
+    values: tuple[str | None, ...]  # as text: what PostgreSQL was given
     error: str
 
 
@@ -80,6 +81,10 @@ class BatchMove:
         self.args = [batch_id, [s[0] for s in staged], [s[1] for s in staged]]
         self.refused_by_tasks = sum(s[3] for s in staged)
         self.cols = sql.SQL(", ").join(sql.Identifier(n) for n in names)
+        # A bad row's values as text, whatever type they were staged as.
+        self.texts = sql.SQL(", ").join(
+            sql.SQL("CAST({} AS text)").format(sql.Identifier(n)) for n in names
+        )
 
     def run(self) -> tuple[int, list[BadRow]]:
         import psycopg
@@ -119,7 +124,7 @@ class BatchMove:
 
         for n, exc in write_or_bisect(self.conn, range(1, count + 1), write):
             [values] = self.conn.execute(
-                sql.SQL("SELECT {} FROM fluvial_rows WHERE fluvial_n = %s").format(self.cols),
+                sql.SQL("SELECT {} FROM fluvial_rows WHERE fluvial_n = %s").format(self.texts),
                 [n],
             ).fetchall()
             bad.append(BadRow(tuple(values), self._reason(n, exc)))
@@ -131,7 +136,7 @@ class BatchMove:
         if not self.refused_by_tasks:
             return []
         rows = self.conn.execute(
-            sql.SQL("SELECT {}, fluvial_error FROM {} WHERE ").format(self.cols, self.stage)
+            sql.SQL("SELECT {}, fluvial_error FROM {} WHERE ").format(self.texts, self.stage)
             + self.attempts
             + sql.SQL(" AND fluvial_error IS NOT NULL ORDER BY fluvial_partition, fluvial_row"),
             self.args,
@@ -223,7 +228,7 @@ def json_value(kind: str, text: str | None) -> Any:
     if text is None or kind == "text":
         return text
     if kind == "bool":
-        return text == "t"
+        return text in ("t", "true")  # as psycopg writes it, or as PostgreSQL shows it
     if kind == "int":
         return int(text)
     number = float(text)
