@@ -220,6 +220,11 @@ class StreamTask:
         """Restored and running: its stores may be read (hold :attr:`query_lock` while reading)."""
         return self._initialized and not self._closed
 
+    @property
+    def closed(self) -> bool:
+        """Closed for good: its stores must not be read any more."""
+        return self._closed
+
     def close(self, *, clean: bool = True) -> None:
         """Close processors then stores. Flush and commit first if the results should count.
 

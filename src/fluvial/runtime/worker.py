@@ -34,7 +34,7 @@ from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.restore import Restorer
-from fluvial.runtime.standby import StandbyTasks
+from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
 from fluvial.topology.topology import Topology
 
@@ -151,9 +151,14 @@ class Worker:
         self._paused.clear()
         if self.standby_task_ids:
             self.standbys = StandbyTasks(
-                self.topology, self.config, self.standby_task_ids, self.state_root, self.metrics
+                self.topology,
+                self.config,
+                self.standby_task_ids,
+                standby_root(self.state_root, self.slot),
+                self.metrics,
             )
             self.standbys.start(self._standby_needed())
+            self.refresh_standby_lag(fresh=False)
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
@@ -193,7 +198,10 @@ class Worker:
                                   global_stores=self.global_tables.stores)  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
-                state.open()
+                # A standby copy on this machine that is further along saves restoring. Only
+                # under exactly-once: an at-least-once standby may hold changelog writes past
+                # the committed offsets, which the restore below deliberately leaves out.
+                state.open(adopt=standby_copies(self.state_root, task_id) if self.eos else ())
                 tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
                 metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
                 # Restore up to the changelog offsets committed with the input offsets: under
@@ -604,8 +612,25 @@ class Worker:
                 lag += max(0, high - position)
         self.metrics.lag = lag
         self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
+        self.refresh_standby_lag(fresh=False)
         if self.on_progress is not None:
             self.on_progress(self.metrics)
+
+    def refresh_standby_lag(self, *, fresh: bool = True) -> None:
+        """Record how many changelog records the standby stores have not applied yet.
+
+        ``fresh`` asks the broker for the changelogs' ends (their last stable offsets under
+        exactly-once); otherwise the ends seen in the last fetches are used, which also count
+        the records of transactions still open.
+        """
+        if self.standbys is None:
+            return
+        per_task: dict[str, dict[str, int]] = {}
+        for lag in self.standbys.lags(fresh=fresh):
+            if lag.offset_lag is not None:
+                per_task.setdefault(str(lag.task), {})[lag.store] = lag.offset_lag
+        self.metrics.standby_lags = per_task
+        self.metrics.standby_lag = sum(n for stores in per_task.values() for n in stores.values())
 
 
 # Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from fluvial.errors import StreamsError
 from fluvial.state.base import (
@@ -74,6 +74,25 @@ def _scan(db: Rdict, lower: bytes | None, upper: bytes | None) -> Iterator[tuple
         if exhausted:
             return
         seek_from, skip_first = batch[-1][0], True
+
+
+def read_committed_offset(path: Path) -> int | None:
+    """The changelog offset a closed RocksDB store at ``path`` reflects (``None``: no store).
+
+    Opens the store read-only, so it needs no lock and changes nothing: for choosing between
+    two copies of a store before either is opened.
+    """
+    try:
+        Rdict.list_cf(str(path), _options())
+        db = Rdict(str(path), Options(raw_mode=True), column_families={_META_CF: _options()},
+                   access_type=AccessType.read_only())  # fmt: skip
+    except Exception:  # no database there (yet), or not a fluvial store
+        return None
+    try:
+        raw = db.get_column_family(_META_CF).get(_COMMITTED_OFFSET)
+        return None if raw is None else int(_LONG.unpack(raw)[0])
+    finally:
+        db.close()
 
 
 class _RocksDBStore:
