@@ -554,8 +554,11 @@ class LocalQueries:
         return read_task(self.source, task_id, info, isolation, read)
 
     def metadata_for_key(self, name: str, key: Any) -> KeyQueryMetadata:
+        return self.metadata_for_key_bytes(name, Decoder(self.info(name)).key_bytes(key))
+
+    def metadata_for_key_bytes(self, name: str, data: bytes) -> KeyQueryMetadata:
+        """:meth:`metadata_for_key` of a key already serialized."""
         info = self.info(name)
-        data = Decoder(info).key_bytes(key)
         task_id = TaskId(info.subtopology, default_partition(data, info.partitions))
         standbys = self._standbys(task_id) if self._standbys is not None else ()
         return KeyQueryMetadata(name, task_id.partition, task_id,

@@ -219,7 +219,10 @@ class LocalQueryService:
             if op == "key":
                 assert key is not None
                 parsed = _parse_key(queries, store, key, raw)
-                metadata = queries.metadata_for_key(store, parsed)
+                if raw:
+                    metadata = queries.metadata_for_key_bytes(store, parsed)
+                else:
+                    metadata = queries.metadata_for_key(store, parsed)
                 read_tasks = [metadata.task]
                 body.update(key=to_json_value(parsed), partition=metadata.partition,
                             task=str(metadata.task), slot=metadata.active_slot)  # fmt: skip
