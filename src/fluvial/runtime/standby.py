@@ -101,6 +101,7 @@ class StandbyTasks:
         # every record applied (and past transaction markers at the end of what is readable).
         self._start: dict[tuple[str, int], int] = {}
         self._position: dict[tuple[str, int], int] = {}
+        self._checkpointed: dict[tuple[str, int], int] = {}
         self._last_timestamp: dict[tuple[str, int], int] = {}
         # Tasks whose every changelogged store is kept: they answer stale queries.
         self._serving: set[TaskId] = set()
@@ -166,6 +167,7 @@ class StandbyTasks:
         self._store_by_tp.pop(tp, None)
         self._start.pop(tp, None)
         self._position.pop(tp, None)
+        self._checkpointed.pop(tp, None)
 
     def poll(self, max_records: int = 1000) -> int:
         """Apply whatever changelog records are available; never blocks for long."""
@@ -214,11 +216,14 @@ class StandbyTasks:
 
     def checkpoint(self) -> None:
         """Record how far each standby store got, so a promotion resumes from there."""
-        for tp, position in self._position.items():
+        for tp, position in list(self._position.items()):
+            if self._checkpointed.get(tp) == position:
+                continue
             task, store_name = self._store_by_tp[tp]
             store = task.stores[store_name]
             store.committed_offset = position
             store.flush()
+            self._checkpointed[tp] = position
 
     # -- stale queries and lag ----------------------------------------------------------------
 

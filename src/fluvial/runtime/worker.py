@@ -293,6 +293,11 @@ class Worker:
                 self.commit(force=True)
                 self._purge_repartition_topics()
         finally:
+            # Standby copies first: whoever waits for this worker's task directories may take
+            # one over once it has them.
+            if self.standbys is not None:
+                self.standbys.close()
+                self.standbys = None
             # A dirty close discards cached writes: flushing them would hand uncommitted
             # results to processors and to a transaction that is being abandoned.
             for task in self.tasks.values():
@@ -301,9 +306,6 @@ class Worker:
                 state.close(clean=clean)
             self.tasks.clear()
             self.task_states.clear()
-            if self.standbys is not None:
-                self.standbys.close()
-                self.standbys = None
             if self.global_tables is not None:
                 self.global_tables.close()
                 self.global_tables = None
@@ -436,6 +438,8 @@ class Worker:
         assert self._producer is not None and self._consumer is not None
         assert self._collector is not None
         if not self._dirty and not force:
+            if self.standbys is not None:
+                self.standbys.checkpoint()  # they move on while the active tasks are idle
             self._last_commit = time.monotonic()
             return
         started = time.monotonic()
