@@ -225,7 +225,8 @@ class LocalQueryService:
                     metadata = queries.metadata_for_key(store, parsed)
                 read_tasks = [metadata.task]
                 body.update(key=to_json_value(parsed), partition=metadata.partition,
-                            task=str(metadata.task), slot=metadata.active_slot)  # fmt: skip
+                            task=str(metadata.task), slot=metadata.active_slot,
+                            standby_slots=list(metadata.standby_slots))  # fmt: skip
                 body.update(self._key_query(view, parsed, params, isolation))
             elif op in ("range", "all"):
                 body.update(self._range(queries, view, store, op, params, isolation, raw))
