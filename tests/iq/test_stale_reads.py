@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.iq.harness import STORE, ServedRunner, ask, counts_of, get, in_grace_views
+from tests.iq.harness import (
+    STORE,
+    ServedRunner,
+    ask,
+    counts_of,
+    get,
+    in_grace_views,
+    standbys_caught_up,
+)
 from tests.runtime.harness import produce, read_revisions, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -86,22 +93,6 @@ def slot_held_down(runner: ServedRunner, slot: int, tasks: list[str]) -> Iterato
     raise AssertionError(f"slot {slot}'s next attempt took its task directories first 3 times")
 
 
-def standby_lags(port: int) -> dict[tuple[str, str], float]:
-    """The driver's ``fluvial_standby_lag_records`` per (slot, task), and the per-slot gauge
-    and applied counter, as Prometheus reads them."""
-    text = get(port, "/metrics").body["text"]
-    found: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "fluvial_standby_lag_records":
-                found[(sample.labels["slot"], sample.labels["task"])] = sample.value
-            elif sample.name == "fluvial_worker_standby_lag":
-                found[(sample.labels["slot"], "all")] = sample.value
-            elif sample.name == "fluvial_worker_standby_applied_total":
-                found[(sample.labels["slot"], "applied")] = sample.value
-    return found
-
-
 def test_stale_reads_come_from_the_standby_while_the_active_is_down(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
 ) -> None:
@@ -127,14 +118,8 @@ def test_stale_reads_come_from_the_standby_while_the_active_is_down(
             assert set(tasks) <= set(standbys[slot]), standbys
 
         # At quiescence the standbys catch up: every standby store's lag reaches 0.
-        def caught_up() -> bool:
-            lags = standby_lags(port)
-            every = all(lags.get((s, t)) == 0 for s, ts in store_tasks.items() for t in ts)
-            return every and all(
-                lags.get((s, "all")) == 0 and lags.get((s, "applied"), 0) > 0 for s in store_tasks
-            )
-
-        wait_until(caught_up, 120, "every standby's lag to reach 0", interval_s=1)
+        wait_until(lambda: standbys_caught_up(port, store_tasks), 120,
+                   "every standby's lag to reach 0", interval_s=1)  # fmt: skip
 
         # Who owns what, asked as a client would without allow_stale.
         owner: dict[str, tuple[int, str]] = {}

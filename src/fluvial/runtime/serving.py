@@ -91,7 +91,7 @@ class WorkerStandbys:
                 if task is not None:
                     return task, "standby"
                 return None, f"a standby in slot {worker.slot} that does not serve (yet)"
-        return None, "without a standby in this process"
+        return None, "no standby in this process"
 
     def slot_of(self, task_id: TaskId) -> int | None:
         for worker in list(self._workers()):
@@ -215,15 +215,20 @@ class LocalQueryService:
             view.only_tasks = task_list(params["tasks"])
         body: dict[str, Any] = {"store": store, "isolation": isolation, "stale": False}
         read_tasks = view.tasks()
+        if op == "key":
+            assert key is not None
+            parsed = _parse_key(queries, store, key, raw)
+            if raw:
+                metadata = queries.metadata_for_key_bytes(store, parsed)
+            else:
+                metadata = queries.metadata_for_key(store, parsed)
+            read_tasks = [metadata.task]
+        if isinstance(queries, StandbyQueries):
+            # Taken before the read: the answer holds at least every record below the
+            # positions it reports.
+            body.update(self._staleness(queries, store, read_tasks))
         try:
             if op == "key":
-                assert key is not None
-                parsed = _parse_key(queries, store, key, raw)
-                if raw:
-                    metadata = queries.metadata_for_key_bytes(store, parsed)
-                else:
-                    metadata = queries.metadata_for_key(store, parsed)
-                read_tasks = [metadata.task]
                 body.update(key=to_json_value(parsed), partition=metadata.partition,
                             task=str(metadata.task), slot=metadata.active_slot,
                             standby_slots=list(metadata.standby_slots))  # fmt: skip
@@ -257,18 +262,20 @@ class LocalQueryService:
                 ) from None
             raise
         if isinstance(queries, StandbyQueries):
-            source = queries.source
-            lags = [
-                lag for task_id in read_tasks for lag in source.lags(task_id) if lag.store == store
-            ]
-            body.update(
-                stale=True,
-                isolation=queries.answer_isolation,
-                slot=None,
-                standby_slot=source.slot_of(read_tasks[0]) if read_tasks else None,
-                lag=lag_json(lags),
-            )
+            body.update(isolation=queries.answer_isolation, slot=None)
         return body
+
+    def _staleness(
+        self, queries: StandbyQueries, store: str, tasks: list[TaskId]
+    ) -> dict[str, Any]:
+        """What a standby's answer says of itself: stale, whose, and how far behind."""
+        source = queries.source
+        lags = [lag for task_id in tasks for lag in source.lags(task_id) if lag.store == store]
+        return {
+            "stale": True,
+            "standby_slot": source.slot_of(tasks[0]) if tasks else None,
+            "lag": lag_json(lags),
+        }
 
     def _key_query(
         self, view: Any, key: Any, params: dict[str, str], isolation: str

@@ -29,8 +29,10 @@ from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.collector import NoOutputCollector
 from fluvial.runtime.metrics import WorkerMetrics
-from fluvial.runtime.state import TaskState
+from fluvial.runtime.state import TaskState, copy_gain
 from fluvial.state.base import ChangelogRecord
+from fluvial.state.rocksdb import read_committed_offset
+from fluvial.topology.nodes import ROCKSDB
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,10 @@ log = logging.getLogger(__name__)
 STANDBY_DIR = "standby"
 #: How long a lag query waits for the broker's end offsets before using the last ones seen.
 END_OFFSETS_TIMEOUT_S = 2.0
+#: A live standby hands its copy over to a task starting on its machine when the task's own
+#: directory holds nothing, or when the copy spares restoring at least this many records. A
+#: smaller gain is not worth the standby: it would have to start again from an empty copy.
+HANDOFF_MIN_GAIN = 10_000
 
 
 def standby_root(state_root: Path, slot: int) -> Path:
@@ -48,6 +54,32 @@ def standby_root(state_root: Path, slot: int) -> Path:
 def standby_copies(state_root: Path, task_id: TaskId) -> list[Path]:
     """Every standby copy of ``task_id`` on this machine (held by a process or not)."""
     return sorted((state_root / STANDBY_DIR).glob(f"slot-*/{task_id}"))
+
+
+def copies_worth_taking(
+    topology: Topology, config: StreamsConfig, state_root: Path, task_ids: list[TaskId]
+) -> list[Path]:
+    """Standby copies on this machine that tasks starting here should ask their holders for.
+
+    Read without locks (RocksDB read-only), so asking costs a standby nothing unless its copy
+    is much further along than the task's own directory (see :data:`HANDOFF_MIN_GAIN`).
+    """
+    subs = {s.id: s for s in topology.subtopologies(config.application_id)}
+    wanted = []
+    for task_id in task_ids:
+        sub = subs[task_id.subtopology]
+        changelogs = sub.changelog_topics()
+        stores = [spec.name for spec in sub.stores if (spec.store_type or ROCKSDB) == ROCKSDB]
+        if not stores or any(name not in changelogs for name in stores):
+            continue
+        task_dir = state_root / str(task_id)
+        fresh = all(read_committed_offset(task_dir / name) is None for name in stores)
+        gains = [(copy_gain(task_dir, copy, stores), copy) for copy in standby_copies(state_root,
+                                                                                  task_id)]  # fmt: skip
+        worth = [(g, c) for g, c in gains if g is not None and (fresh or g >= HANDOFF_MIN_GAIN)]
+        if worth:
+            wanted.append(max(worth)[1])
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -106,6 +138,8 @@ class StandbyTasks:
         # Tasks whose every changelogged store is kept: they answer stale queries.
         self._serving: set[TaskId] = set()
         self._lock = threading.Lock()  # the consumer's watermark queries come from query threads
+        # Copies an active task starting on this machine asked for (see release()).
+        self._release_requested: set[TaskId] = set()
         self.applied = 0
         self.metrics = metrics or WorkerMetrics(-1)
         subs = {s.id: s for s in topology.subtopologies(config.application_id)}
@@ -169,8 +203,46 @@ class StandbyTasks:
         self._position.pop(tp, None)
         self._checkpointed.pop(tp, None)
 
+    def request_release(self, task_id: TaskId) -> None:
+        """Ask for :meth:`release` from another thread: the next :meth:`poll` does it."""
+        with self._lock:
+            self._release_requested.add(task_id)
+
+    def release(self, task_id: TaskId) -> None:
+        """Give up the standby copy of ``task_id``: an active task on this machine takes it
+        over. Its position is recorded first, so the taker restores only what it had not seen.
+        """
+        task = self.tasks.pop(task_id, None)
+        if task is None:
+            return
+        self._serving.discard(task_id)
+        tps = [tp for tp, (t, _) in self._store_by_tp.items() if t.task_id == task_id]
+        for tp in tps:
+            position = self._position.get(tp)
+            if position is not None and self._checkpointed.get(tp) != position:
+                store = task.stores[self._store_by_tp[tp][1]]
+                store.committed_offset = position
+                store.flush()
+        with self._lock:
+            if self._consumer is not None and tps:
+                self._consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
+        for tp in tps:
+            self._store_by_tp.pop(tp, None)
+            self._start.pop(tp, None)
+            self._position.pop(tp, None)
+            self._checkpointed.pop(tp, None)
+            self._last_timestamp.pop(tp, None)
+        task.close()
+        self.states.pop(task_id).close()
+        log.info("standby of task %s handed over to its active task on this machine", task_id)
+
     def poll(self, max_records: int = 1000) -> int:
         """Apply whatever changelog records are available; never blocks for long."""
+        if self._release_requested:
+            with self._lock:
+                requested, self._release_requested = self._release_requested, set()
+            for task_id in requested:
+                self.release(task_id)
         if self._consumer is None:
             return 0
         batches: dict[tuple[str, int], list[ChangelogRecord]] = {}

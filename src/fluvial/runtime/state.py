@@ -55,32 +55,26 @@ class TaskState:
             self._adopt_best(adopt)
         self.task.open_stores()
 
-    def _offsets(self, directory: Path) -> dict[str, int | None] | None:
-        """The changelog offset each persistent store in ``directory`` reflects; ``None`` when
-        a copy there could not stand in for the task's own (a persistent store without a
-        changelog would come back empty)."""
+    def _persistent_stores(self) -> list[str] | None:
+        """The task's persistent stores, or ``None`` when a copy of them could not stand in
+        for the task's own (a persistent store without a changelog would come back empty)."""
         changelogs = self.task.changelog_partitions()
         stores = [n for n, stack in self.task.store_stacks.items() if stack.bottom.persistent]
         if not stores or any(name not in changelogs for name in stores):
             return None
-        return {name: read_committed_offset(directory / name) for name in stores}
+        return stores
 
     def _adopt_best(self, copies: Sequence[Path]) -> None:
-        own = self._offsets(self.task_dir)
-        if own is None:
+        stores = self._persistent_stores()
+        if stores is None:
             return
         best: tuple[int, Path, IO[str]] | None = None
         for copy in copies:
             lock = _lock(copy) if copy.is_dir() else None
             if lock is None:
                 continue  # a live standby holds it: it stays where it is
-            found = self._offsets(copy) or {}
-            theirs = {name: found.get(name) for name in own}
-            # As far along for every store (the task directory may have nothing at all), and
-            # further for one at least.
-            ahead = all(_at_least(theirs[name], mine) for name, mine in own.items())
-            gain = sum((theirs[name] or 0) - (mine or 0) for name, mine in own.items())
-            if ahead and gain > 0 and (best is None or gain > best[0]):
+            gain = copy_gain(self.task_dir, copy, stores)
+            if gain is not None and (best is None or gain > best[0]):
                 if best is not None:
                     best[2].close()
                 best = (gain, copy, lock)
@@ -132,6 +126,19 @@ def _lock(directory: Path) -> IO[str] | None:
         handle.close()
         return None
     return handle
+
+
+def copy_gain(task_dir: Path, copy: Path, stores: Sequence[str]) -> int | None:
+    """How many changelog records a task in ``task_dir`` would not restore with ``copy``'s
+    ``stores`` instead of its own; ``None`` unless the copy is as far along for every store
+    (the task directory may hold nothing at all) and further in all. Reads both read-only.
+    """
+    own = {name: read_committed_offset(task_dir / name) for name in stores}
+    theirs = {name: read_committed_offset(copy / name) for name in stores}
+    if not all(_at_least(theirs[name], mine) for name, mine in own.items()):
+        return None
+    gain = sum((theirs[name] or 0) - (mine or 0) for name, mine in own.items())
+    return gain if gain > 0 else None
 
 
 def _at_least(offset: int | None, other: int | None) -> bool:

@@ -43,7 +43,7 @@ from fluvial.errors import StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
-from fluvial.runtime.standby import standby_root
+from fluvial.runtime.standby import copies_worth_taking, standby_root
 from fluvial.runtime.worker import Worker, transactional_id
 from fluvial.topology.topology import Topology
 
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 # Spark worker on a shared machine, a local disk on a cluster node).
 EXECUTOR_STATE_DIR_ENV = "FLUVIAL_EXECUTOR_STATE_DIR"
 HANDOFF_TIMEOUT_S = 120.0
+# How long a starting slot waits for a live standby to hand over a copy worth taking.
+STANDBY_HANDOFF_TIMEOUT_S = 10.0
 JANITOR_INTERVAL_S = 0.1
 
 _COUNTERS = (
@@ -290,6 +292,10 @@ def _take(
         standby_root(root, slot) / str(t) for t in standby_ids if t.subtopology in stateful
     ]
     _acquire_dirs(root, slots_dir, dirs)
+    # A standby copy on this machine much further along than a task's own directory (the task
+    # came here from a lost executor) is worth asking its holder for: the Worker takes it over.
+    copies = copies_worth_taking(topology, config, root, task_ids) if config.exactly_once else []
+    _await_handoff(root, slots_dir, copies)
     worker = Worker(slot, topology, config, task_ids, standby_task_ids=standby_ids)
     try:
         worker.start()
@@ -297,7 +303,7 @@ def _take(
         _close(worker, clean=False)
         raise
     finally:
-        _withdraw_wants(root, slots_dir, dirs)
+        _withdraw_wants(root, slots_dir, dirs + copies)
     entry = _Entry(app_id, run_key, slot, worker, uuid.uuid4().hex[:12], slots_dir, dirs)
     with _entries_lock:
         _entries[(app_id, slot)] = entry
@@ -354,6 +360,23 @@ def _acquire_dirs(root: Path, slots_dir: Path, dirs: list[Path]) -> None:
             time.sleep(JANITOR_INTERVAL_S)
 
 
+def _await_handoff(root: Path, slots_dir: Path, copies: list[Path]) -> None:
+    """Ask the holders of these standby copies to hand them over; wait a while for it."""
+    held = [copy for copy in copies if not _lock_free(copy / ".lock")]
+    if not held:
+        return
+    for copy in held:
+        _want_file(root, slots_dir, copy).write_text(str(os.getpid()))
+    deadline = time.monotonic() + STANDBY_HANDOFF_TIMEOUT_S
+    while any(not _lock_free(copy / ".lock") for copy in held):
+        if time.monotonic() > deadline:
+            log.warning("standby copies %s were not handed over within %.0f s; restoring "
+                        "from the changelog instead", [str(c) for c in held],
+                        STANDBY_HANDOFF_TIMEOUT_S)  # fmt: skip
+            return
+        time.sleep(JANITOR_INTERVAL_S)
+
+
 def _lock_free(path: Path) -> bool:
     with open(path, "a") as handle:
         try:
@@ -375,10 +398,10 @@ def _withdraw_wants(root: Path, slots_dir: Path, dirs: list[Path]) -> None:
 def _write_generation(slots_dir: Path, run_key: tuple[str, int]) -> None:
     """The driver's current run and layout: janitors close idle Workers of older ones."""
     path = slots_dir / "generation"
+    current = _current_generation(slots_dir)
+    if current == run_key or (current and current[0] == run_key[0] and current[1] > run_key[1]):
+        return  # already known, or a late task of an older layout: never go back
     text = f"{run_key[0]} {run_key[1]}"
-    with contextlib.suppress(OSError):
-        if path.read_text() == text:
-            return
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(text)
     partial.replace(path)
@@ -406,24 +429,34 @@ def _start_janitor() -> None:
 
 def _janitor_loop() -> None:
     """Close idle Workers whose tasks another process on this host wants, or whose layout
-    the driver has replaced."""
+    the driver has replaced; hand over standby copies a task starting here wants."""
     me = str(os.getpid())
     while True:
         time.sleep(JANITOR_INTERVAL_S)
         wanted: list[_Entry] = []
         with _entries_lock:
             for key, entry in list(_entries.items()):
-                if entry.busy:
-                    continue
                 current = _current_generation(entry.slots_dir)
-                if current is not None and current != entry.run_key:
+                if not entry.busy and current is not None and current != entry.run_key:
                     wanted.append(_entries.pop(key))
                     continue
                 root = entry.slots_dir.parent
-                for task_dir in entry.dirs:
+                standbys = standby_root(root, entry.slot)
+                for task_dir in list(entry.dirs):
                     want = _want_file(root, entry.slots_dir, task_dir)
                     with contextlib.suppress(OSError):
-                        if want.read_text() != me:
+                        wanter = want.read_text()
+                        if task_dir.parent == standbys and entry.worker.standbys is not None:
+                            # Another slot's task starting here wants the copy (this process
+                            # may run it): only the copy goes; idle, at once (under the lock,
+                            # so no lease starts meanwhile); busy, at the Worker's next poll.
+                            task_id = TaskId(*map(int, task_dir.name.split("_")))
+                            if entry.busy:
+                                entry.worker.standbys.request_release(task_id)
+                            else:
+                                entry.worker.standbys.release(task_id)
+                            entry.dirs.remove(task_dir)
+                        elif wanter != me and not entry.busy:
                             wanted.append(_entries.pop(key))
                             break
         for entry in wanted:
