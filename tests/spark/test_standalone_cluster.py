@@ -175,9 +175,10 @@ def test_executor_loss_promotes_the_standby_on_the_other_worker(
         copies = standalone_cluster.state_dirs[survivor] / runner.app_id / "standby" / "slot-1"
         assert {p.name for p in copies.iterdir()} >= {"1_0", "1_2"}, "slot 1 keeps slot 0's"
         changelog = f"{runner.app_id}-{STORE}-changelog"
-        slot0_records = sum(len(read_topic(bootstrap_servers, changelog, partition=p))
-                            for p in (0, 2))  # fmt: skip
-        assert slot0_records > 1000
+        records = {p: len(read_topic(bootstrap_servers, changelog, partition=p)) for p in (0, 2)}
+        slot0_records = sum(records.values())
+        assert slot0_records > 500
+        kept = [f"1_{p}" for p, n in records.items() if n]  # a task with no key keeps nothing
         leases_before = len(_leases(runner))
 
         standalone_cluster.workers[lost].send_signal(signal.SIGKILL)  # executor loss
@@ -193,7 +194,7 @@ def test_executor_loss_promotes_the_standby_on_the_other_worker(
         # Slot 0's tasks now run on the survivor, in the directories of the standby copies.
         state = standalone_cluster.state_dirs[survivor] / runner.app_id
         assert (state / ".slots" / "slot-0.pid").exists()
-        assert not (copies / "1_0").exists() and not (copies / "1_2").exists(), "taken over"
+        assert not any((copies / task).exists() for task in kept), "copies taken over"
         after = _leases(runner)[leases_before:]
         restored = sum(s["restored"] for lease in after for s in lease["slots"])
         moved = [s for lease in after for s in lease["slots"] if not s["reused"]]
