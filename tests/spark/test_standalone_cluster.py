@@ -8,6 +8,7 @@ the oracle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from collections.abc import Iterator
@@ -164,9 +165,13 @@ def test_executor_loss_promotes_the_standby_on_the_other_worker(
                    "every standby's lag to reach 0", interval_s=1)  # fmt: skip
 
         def holder(slot: int) -> str | None:
+            """The worker whose Python process ran the slot's last lease."""
+            [pid] = [s["pid"] for s in _leases(runner)[-1]["slots"] if s["slot"] == slot]
             for name, state_dir in standalone_cluster.state_dirs.items():
-                if (state_dir / runner.app_id / ".slots" / f"slot-{slot}.pid").exists():
-                    return name
+                with contextlib.suppress(OSError):
+                    path = state_dir / runner.app_id / ".slots" / f"slot-{slot}.pid"
+                    if path.read_text() == str(pid):
+                        return name
             return None
 
         lost = holder(0)
