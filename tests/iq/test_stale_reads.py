@@ -158,6 +158,13 @@ def test_stale_reads_come_from_the_standby_while_the_active_is_down(
                 assert partition["partition"] == body["partition"], partition
                 assert partition["position"] == partition["end"] > 0, partition
 
+            stale_total = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in get(port, "/metrics").body["text"].splitlines()
+                if line.startswith(f'fluvial_queries_stale_total{{store="{STORE}"}}')
+            )
+            assert stale_total >= len(down), "the driver counts the stale answers"
+
             # The other slot's keys come from their active task, not stale.
             (category, start), count = sorted(up.items())[0]
             answer = ask(port, f"/stores/{STORE}/keys/{category}?time={start}&allow_stale=true")

@@ -67,6 +67,9 @@ EXECUTOR_HOST_ENV = "FLUVIAL_EXECUTOR_QUERY_HOST"
 FORWARD_TIMEOUT_S = 10.0
 #: How long the router follows a moving slot before it answers 503.
 MOVE_BUDGET_S = 3.0
+#: With ``allow_stale``, how long the active slot may take before its standbys are asked:
+#: a slot whose process hangs must not hold up the stale answer for the whole forward timeout.
+STALE_ACTIVE_TIMEOUT_S = 2.0
 
 
 # -- the executor side ------------------------------------------------------------------------
@@ -355,7 +358,8 @@ class RoutingQueryService:
         why_not = ""
         while True:
             try:
-                return [await self._ask(slot, path, scoped)]
+                timeout = STALE_ACTIVE_TIMEOUT_S if allow_stale else FORWARD_TIMEOUT_S
+                return [await self._ask(slot, path, scoped, timeout_s=timeout)]
             except StoreUnavailableError as error:
                 active_error = str(error)
             if allow_stale:
@@ -392,13 +396,17 @@ class RoutingQueryService:
                 return None, "; ".join(reasons)
         return answers, ""
 
-    async def _ask(self, slot: int, path: str, params: dict[str, str]) -> dict[str, Any]:
+    async def _ask(
+        self, slot: int, path: str, params: dict[str, str], *, timeout_s: float = FORWARD_TIMEOUT_S
+    ) -> dict[str, Any]:
         """One request to a slot's endpoint; a slot that is not there (yet) is unavailable."""
         address = self.endpoint(slot)
         if address is None:
             raise StoreUnavailableError(f"slot {slot} has not registered its query endpoint yet")
         try:
-            response = await self._http().get(f"http://{address}{path}", params=params)
+            response = await self._http().get(
+                f"http://{address}{path}", params=params, timeout=timeout_s
+            )
         except httpx.HTTPError as error:
             raise StoreUnavailableError(
                 f"slot {slot} at {address} did not answer ({type(error).__name__})"
