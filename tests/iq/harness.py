@@ -115,6 +115,8 @@ class ServedRunner:
     commit_ms: int = 200
     guarantee: str = "exactly_once_v2"
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: ``--stop-timeout-s``: how long SIGTERM may take to end the lease on its commit.
+    stop_timeout_s: float | None = None
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
 
@@ -136,6 +138,8 @@ class ServedRunner:
                "--quiet"]  # fmt: skip
         if self.engine == "spark":
             cmd += ["--master", self.master]
+        if self.stop_timeout_s is not None:
+            cmd += ["--stop-timeout-s", str(self.stop_timeout_s)]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:

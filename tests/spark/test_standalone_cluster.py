@@ -150,7 +150,10 @@ def test_executor_loss_promotes_the_standby_on_the_other_worker(
                           topic_factory("counts"), tmp_path / "driver", engine="spark",
                           master=standalone_cluster.master_url, commit_ms=300,
                           extra_env={"FLUVIAL_SPARK_CONF": "spark.executor.memory=512m",
-                                     "FLUVIAL_TEST_STANDBYS": "1"})  # fmt: skip
+                                     "FLUVIAL_TEST_STANDBYS": "1"},
+                          # The survivor's one core runs both slots' leases one after the
+                          # other: stopping on a lease's commit takes two leases and more.
+                          stop_timeout_s=90)  # fmt: skip
     runner.start()
     try:
         runner.wait_serving()

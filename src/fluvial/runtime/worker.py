@@ -158,7 +158,7 @@ class Worker:
                 self.metrics,
             )
             self.standbys.start(self._standby_needed())
-            self.refresh_standby_lag(fresh=False)
+            self.refresh_standby_lag()
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
@@ -616,16 +616,16 @@ class Worker:
                 lag += max(0, high - position)
         self.metrics.lag = lag
         self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
-        self.refresh_standby_lag(fresh=False)
+        self.refresh_standby_lag()
         if self.on_progress is not None:
             self.on_progress(self.metrics)
 
-    def refresh_standby_lag(self, *, fresh: bool = True) -> None:
+    def refresh_standby_lag(self, *, fresh: bool = False) -> None:
         """Record how many changelog records the standby stores have not applied yet.
 
-        ``fresh`` asks the broker for the changelogs' ends (their last stable offsets under
-        exactly-once); otherwise the ends seen in the last fetches are used, which also count
-        the records of transactions still open.
+        By default against the changelogs' ends seen in the standby consumer's last fetches
+        (which count the records of transactions still open too, and cost no round trip);
+        ``fresh`` asks the broker for their last stable offsets instead.
         """
         if self.standbys is None:
             return

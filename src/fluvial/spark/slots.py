@@ -188,7 +188,8 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             worker.close(clean=True)
         else:
             worker.commit()
-            worker.refresh_standby_lag()
+            # The ends seen in fetches: no broker round trip on the lease's path.
+            worker.refresh_standby_lag(fresh=False)
     except BaseException:
         _discard(entry, clean=False)
         raise
