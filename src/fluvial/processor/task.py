@@ -22,6 +22,7 @@ from fluvial.errors import SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
 from fluvial.processor.context import LiveNode, NodeContext
+from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
     CHANGELOG_RECORDS,
     DESERIALIZATION_ERRORS,
@@ -87,7 +88,7 @@ class StreamTask:
         # Counted as plain ints on the hot path; the metrics read them when asked.
         self.processed = 0
         self.metrics.register(RECORDS_PROCESSED, lambda: self.processed)
-        self._entries: dict[str, tuple[Any, Any, Any]] = {}
+        self._entries: dict[str, tuple[Any, Any, Step]] = {}
         self.stream_time = -1  # unknown until the first record
         # Wall-clock punctuators first fire one interval after the wall-clock time they were
         # scheduled at. Until a runtime reports the time, schedules count from 0 and are moved
@@ -201,18 +202,17 @@ class StreamTask:
             self._nodes[name] = LiveNode(name, processor, stores)
         for name in sub.node_names:
             self._nodes[name].children = [self._nodes[c] for c in sub.nodes[name].children]
+        # Runs of stateless operators become one step each; every node gets its entry. Before
+        # the contexts: a context forwards to its children's entries.
+        steps = link(self._nodes.values())
         for name in sub.node_names:  # sources first, so parents are ready before children
             live = self._nodes[name]
             live.processor.init(NodeContext(self, live))
-        # Per source topic: its serdes and where its records enter the graph. A plain source
-        # only passes records on, so they go straight to its child.
-        self._entries = {}
-        for topic, source in self._sources.items():
-            live = self._nodes[source.name]
-            entry = live.processor.process
-            if type(live.processor) is SourceProcessor and len(live.children) == 1:
-                entry = live.children[0].processor.process
-            self._entries[topic] = (source.key_serde, source.value_serde, entry)
+        # Per source topic: its serdes and the step its records enter the graph with.
+        self._entries = {
+            topic: (source.key_serde, source.value_serde, steps[source.name])
+            for topic, source in self._sources.items()
+        }
         self._initialized = True
 
     @property
@@ -377,10 +377,8 @@ class StreamTask:
         self.current_offset = offset
         self.current_timestamp_ms = timestamp
         headers = raw.headers
-        entry(
-            Record(key, value, timestamp, list(headers) if headers else [], topic, partition,
-                   offset)
-        )  # fmt: skip
+        entry(key, value, Record(key, value, timestamp, list(headers) if headers else [], topic,
+                                 partition, offset))  # fmt: skip
         self.processed += 1
 
     def _deserialization_failed(
