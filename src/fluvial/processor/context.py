@@ -30,6 +30,8 @@ class LiveNode:
         self.stores = stores
         self.children: list[LiveNode] = []
         self.process: Callable[[Record[Any, Any]], None] = processor.process
+        # The fused step that ``process`` runs, for fused nodes: callers may skip ``process``.
+        self.step: Callable[[Any, Any, Record[Any, Any]], None] | None = None
 
 
 class NodeContext:
@@ -39,14 +41,25 @@ class NodeContext:
         self._task = task
         self._node = node
         if len(node.children) == 1:
-            # The common case, a chain: forward is a direct call of the one child.
-            only_child = node.children[0].process
+            # The common case, a chain: forward is a direct call of the one child (of its fused
+            # step, when it starts a run of stateless operators).
+            child = node.children[0]
+            only_child, step = child.process, child.step
+            if step is not None:
 
-            def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
-                if child_name is None:
-                    only_child(record)
-                else:
-                    NodeContext.forward(self, record, child_name)
+                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
+                    if child_name is None:
+                        step(record.key, record.value, record)
+                    else:
+                        NodeContext.forward(self, record, child_name)
+
+            else:
+
+                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
+                    if child_name is None:
+                        only_child(record)
+                    else:
+                        NodeContext.forward(self, record, child_name)
 
             self.forward = forward  # type: ignore[method-assign]
 

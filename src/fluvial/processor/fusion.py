@@ -113,7 +113,8 @@ def link(nodes: Iterable[LiveNode]) -> dict[str, Step]:
 
     for node in nodes:
         step = step_of(node)
-        node.process = _entry(step) if node.name in fused else node.processor.process
+        if node.name in fused:
+            node.process, node.step = _entry(step), step
     return steps
 
 

@@ -21,6 +21,7 @@ V = TypeVar("V")
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
+_START_AND_SEQNUM = struct.Struct(">qi")
 
 #: Bytes a window store key carries after the record key: 8-byte start, 4-byte sequence number.
 WINDOW_KEY_SUFFIX = 12
@@ -237,7 +238,7 @@ class WindowStore(StateStore):
 
 def window_store_key(key: bytes, window_start_ms: int, seqnum: int) -> bytes:
     """Key bytes + 8-byte BE window start + 4-byte BE sequence number (Kafka Streams' layout)."""
-    return key + _LONG.pack(window_start_ms) + _INT.pack(seqnum)
+    return key + _START_AND_SEQNUM.pack(window_start_ms, seqnum)
 
 
 def parse_window_store_key(binary: bytes) -> tuple[bytes, int, int]:

@@ -38,22 +38,26 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
         self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
     ) -> None:
         self._check_open()
-        self.observed_stream_time = max(self.observed_stream_time, window_start_ms)
+        if window_start_ms > self.observed_stream_time:
+            self.observed_stream_time = window_start_ms
         if window_start_ms <= self.expired_before():
             return  # the store would drop it: so no buffer entry and no changelog record
-        if value is None and self.retain_duplicates:
-            return
-        key = bytes(key)
-        stored = None if value is None else bytes(value)
+        if value is None:
+            if self.retain_duplicates:
+                return
+        elif type(value) is not bytes:
+            value = bytes(value)
+        if type(key) is not bytes:
+            key = bytes(key)
         seqnum = self._next_seqnum()
         store_key = window_store_key(key, window_start_ms, seqnum)
         # One record, buffered and logged: the changelog carries exactly what commit applies.
-        record = ChangelogRecord(store_key, stored, timestamp_ms)
+        record = ChangelogRecord(store_key, value, timestamp_ms)
         self._buffer(store_key, record)
         windows = self._by_key.get(key)
         if windows is None:
             windows = self._by_key[key] = {}
-        windows[(window_start_ms, seqnum)] = stored
+        windows[(window_start_ms, seqnum)] = value
         if self._listener is not None:
             self._listener(record)
 
@@ -62,9 +66,11 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
         if window_start_ms <= self.expired_before():
             return None
         if not self.retain_duplicates:
-            buffered = self._by_key.get(key, {})
-            if (window_start_ms, 0) in buffered:
-                return buffered[(window_start_ms, 0)]
+            buffered = self._by_key.get(key)
+            if buffered is not None:
+                slot = (window_start_ms, 0)
+                if slot in buffered:
+                    return buffered[slot]
             value: bytes | None = self.inner.fetch(key, window_start_ms)
             return value
         for _, value in self.fetch_range(key, window_start_ms, window_start_ms):
