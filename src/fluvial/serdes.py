@@ -222,8 +222,10 @@ _ORJSON_OPTIONS = (
 )
 _MAYBE_DIFFERENT = re.compile(rb"null|0\.0000|e-[0-9](?![0-9])").search
 # orjson reads integers beyond 64 bits as floats, the standard library as ints: numbers of 19
-# digits or more are read by the standard library.
+# digits or more are read by the standard library. Counting digits (one C call) rules most
+# documents out before the search.
 _LONG_NUMBER = re.compile(rb"[0-9]{19}").search
+_DIGITS = b"0123456789"
 _orjson_dumps = orjson.dumps
 _orjson_loads = orjson.loads
 _OrjsonEncodeError = orjson.JSONEncodeError
@@ -247,7 +249,11 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def _json_object(data: bytes) -> Any:
-    if len(data) < 19 or _LONG_NUMBER(data) is None:
+    if (
+        len(data) < 19
+        or (type(data) is bytes and len(data) - len(data.translate(None, _DIGITS)) < 19)
+        or _LONG_NUMBER(data) is None
+    ):
         try:
             return _orjson_loads(data)
         except _OrjsonDecodeError:
