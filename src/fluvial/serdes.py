@@ -130,11 +130,13 @@ class _FixedWidthError(ValueError):
     """Raised inside a fixed-width serde; the Serde wrapper adds name and topic."""
 
 
-def _fixed(name: str, codec: struct.Struct, check: Callable[[Any], Any]) -> Serde[Any]:
+def _fixed(name: str, codec: struct.Struct, check: Callable[[Any], Any], exact: type) -> Serde[Any]:
     width = codec.size
+    pack = codec.pack
 
     def ser(obj: Any) -> bytes:
-        return codec.pack(check(obj))
+        # The exact type passes the check unchanged: only other types go through it.
+        return pack(obj if type(obj) is exact else check(obj))
 
     def de(data: bytes) -> Any:
         if len(data) != width:
@@ -160,27 +162,27 @@ def _check_float(obj: Any) -> float:
 
 def long() -> Serde[int]:
     """8-byte big-endian signed integer (Java ``Serdes.Long()``)."""
-    return _fixed("long", _LONG, _check_int)
+    return _fixed("long", _LONG, _check_int, int)
 
 
 def integer() -> Serde[int]:
     """4-byte big-endian signed integer (Java ``Serdes.Integer()``)."""
-    return _fixed("integer", _INT, _check_int)
+    return _fixed("integer", _INT, _check_int, int)
 
 
 def short() -> Serde[int]:
     """2-byte big-endian signed integer (Java ``Serdes.Short()``)."""
-    return _fixed("short", _SHORT, _check_int)
+    return _fixed("short", _SHORT, _check_int, int)
 
 
 def double() -> Serde[float]:
     """8-byte big-endian IEEE 754 double (Java ``Serdes.Double()``)."""
-    return _fixed("double", _DOUBLE, _check_float)
+    return _fixed("double", _DOUBLE, _check_float, float)
 
 
 def float_() -> Serde[float]:
     """4-byte big-endian IEEE 754 float (Java ``Serdes.Float()``); loses precision."""
-    return _fixed("float", _FLOAT, _check_float)
+    return _fixed("float", _FLOAT, _check_float, float)
 
 
 def string() -> Serde[str]:
@@ -238,11 +240,18 @@ def _stdlib_json_bytes(obj: Any) -> bytes:
     )
 
 
+# Values of these exact types hold no float, so orjson's bytes for them need no search.
+_FLOAT_FREE = frozenset({str, int, bool, type(None)})
+
+
 def _json_bytes(obj: Any) -> bytes:
     try:
         data = _orjson_dumps(obj, option=_ORJSON_OPTIONS)
     except _OrjsonEncodeError:
         return _stdlib_json_bytes(obj)
+    kind = type(obj)
+    if kind in _FLOAT_FREE or (kind is dict and _FLOAT_FREE.issuperset(map(type, obj.values()))):
+        return data  # the common cases, a scalar or a flat dict of scalars, without a search
     if _MAYBE_DIFFERENT(data) is None:
         return data
     return _stdlib_json_bytes(obj)

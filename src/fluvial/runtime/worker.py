@@ -36,6 +36,7 @@ from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.restore import Restorer
 from fluvial.runtime.standby import StandbyTasks
 from fluvial.runtime.state import TaskState
+from fluvial.state.base import new_tuple
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -364,8 +365,8 @@ class Worker:
                 if tp not in self._task_by_tp:
                     continue
                 batch = batches[tp] = []
-            batch.append(ConsumedRecord(msg.key(), msg.value(), msg.timestamp()[1], msg.offset(),
-                                        msg.headers() or ()))  # fmt: skip
+            batch.append(new_tuple(ConsumedRecord, (msg.key(), msg.value(), msg.timestamp()[1],
+                                                    msg.offset(), msg.headers() or ())))  # fmt: skip
         for (topic, partition), batch in batches.items():
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)

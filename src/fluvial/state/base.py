@@ -37,6 +37,11 @@ class ChangelogRecord(NamedTuple):
 
 ChangeListener = Callable[[ChangelogRecord], None]
 
+#: Builds a named tuple from a tuple of its fields: ``new_tuple(ChangelogRecord, (k, v, t))``.
+#: A NamedTuple's own constructor is a Python function, a frame per call; hot paths that make
+#: one per record call this C function instead.
+new_tuple = tuple.__new__
+
 
 class ValueAndTimestamp(NamedTuple, Generic[V]):
     """A value of a timestamped store together with the timestamp of the record that wrote it."""

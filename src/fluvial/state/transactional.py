@@ -34,7 +34,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fluvial.state.base import ChangelogRecord, KeyValueStore
+from fluvial.state.base import ChangelogRecord, KeyValueStore, new_tuple
 from fluvial.state.caching import ENTRY_OVERHEAD, _merge
 from fluvial.state.versioned import Version, VersionedKeyValueStore
 
@@ -225,7 +225,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
             bisect.insort(self._sorted, key)
         stored = None if value is None else bytes(value)
         # One record, buffered and logged: the changelog carries exactly what commit applies.
-        record = ChangelogRecord(key, stored, timestamp_ms)
+        record: ChangelogRecord = new_tuple(ChangelogRecord, (key, stored, timestamp_ms))
         self._buffer(key, record)
         if self._listener is not None:
             self._listener(record)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-from fluvial.state.base import ChangelogRecord, WindowStore, window_store_key
+from fluvial.state.base import ChangelogRecord, WindowStore, new_tuple, window_store_key
 from fluvial.state.session import SessionEntry, SessionStore, session_store_key
 from fluvial.state.transactional import DEFAULT_MAX_UNCOMMITTED_BYTES, TransactionalStore
 
@@ -52,7 +52,7 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
         seqnum = self._next_seqnum()
         store_key = window_store_key(key, window_start_ms, seqnum)
         # One record, buffered and logged: the changelog carries exactly what commit applies.
-        record = ChangelogRecord(store_key, value, timestamp_ms)
+        record: ChangelogRecord = new_tuple(ChangelogRecord, (store_key, value, timestamp_ms))
         self._buffer(store_key, record)
         windows = self._by_key.get(key)
         if windows is None:
