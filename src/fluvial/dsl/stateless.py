@@ -58,7 +58,7 @@ class MapProcessor(FusableProcessor):
             result = mapper(key, value)
             # The common cases inline; as_key_value checks (and explains) everything else.
             kind = type(result)
-            if (kind is not KeyValue and kind is not tuple) or len(result) != 2:
+            if kind is not KeyValue and (kind is not tuple or len(result) != 2):
                 result = as_key_value(result, "map")
             downstream(result[0], result[1], origin)
 
