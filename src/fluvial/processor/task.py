@@ -286,11 +286,14 @@ class StreamTask:
             if not queue:
                 return 0
             self._idle_since = None
+            topic, partition = tp
+            self.current_topic, self.current_partition = topic, partition
         due = self._stream_punctuations._heap  # ordered by due time; looked at per record
         consumed = self._consumed
         entries = self._entries
         taken = processed = 0
         raw: ConsumedRecord | None = None
+        last: ConsumedRecord | None = None
         try:
             while taken < max_records:
                 if single:
@@ -301,9 +304,10 @@ class StreamTask:
                     if chosen is None:
                         break
                     tp, queue = chosen, queues[chosen]
+                    topic, partition = tp
+                    self.current_topic, self.current_partition = topic, partition
                 raw = queue.popleft()
                 taken += 1
-                topic, partition = tp
                 timestamp = raw.timestamp_ms
                 if timestamp < 0:
                     self._negative_timestamp(topic, partition, raw)
@@ -324,8 +328,6 @@ class StreamTask:
                         if timestamp > self.stream_time:
                             self.stream_time = timestamp
                         offset = raw.offset
-                        self.current_topic = topic
-                        self.current_partition = partition
                         self.current_offset = offset
                         self.current_timestamp_ms = timestamp
                         headers = raw.headers
@@ -333,13 +335,18 @@ class StreamTask:
                                                  list(headers) if headers else [], topic,
                                                  partition, offset))  # fmt: skip
                         processed += 1
-                consumed[tp] = raw.offset + 1
-                raw = None
+                if not single:  # one queue: its offset is recorded once, below
+                    consumed[tp] = raw.offset + 1
+                last, raw = raw, None
                 if punctuate and due and due[0].next_time_ms <= self.stream_time:
                     self.punctuate_stream_time()
+                    self.current_topic, self.current_partition = topic, partition
         finally:
-            if raw is not None:  # processing it failed: it counts as consumed all the same
+            # A record whose processing failed counts as consumed all the same.
+            if raw is not None:
                 consumed[tp] = raw.offset + 1
+            elif single and last is not None:
+                consumed[tp] = last.offset + 1
             self.processed += processed
         return taken
 
