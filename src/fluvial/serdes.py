@@ -96,9 +96,7 @@ class Serde(Generic[T]):
         except SerializationError:
             raise
         except Exception as exc:
-            raise SerializationError(
-                f"{self.name} serde {_where(topic)} could not serialize {obj!r}: {exc}"
-            ) from exc
+            raise self._serialize_error(topic, obj, exc) from exc
         if not isinstance(data, bytes):
             if isinstance(data, bytearray | memoryview):
                 return bytes(data)
@@ -118,9 +116,19 @@ class Serde(Generic[T]):
         except SerializationError:
             raise
         except Exception as exc:
-            raise SerializationError(
-                f"{self.name} serde {_where(topic)} could not deserialize {bytes(data)[:64]!r}: {exc}"
-            ) from exc
+            raise self._deserialize_error(topic, data, exc) from exc
+
+    def _serialize_error(self, topic: str | None, obj: Any, exc: Exception) -> SerializationError:
+        return SerializationError(
+            f"{self.name} serde {_where(topic)} could not serialize {obj!r}: {exc}"
+        )
+
+    def _deserialize_error(
+        self, topic: str | None, data: bytes, exc: Exception
+    ) -> SerializationError:
+        return SerializationError(
+            f"{self.name} serde {_where(topic)} could not deserialize {bytes(data)[:64]!r}: {exc}"
+        )
 
     def __repr__(self) -> str:
         return f"Serde({self.name})"
@@ -130,19 +138,50 @@ class _FixedWidthError(ValueError):
     """Raised inside a fixed-width serde; the Serde wrapper adds name and topic."""
 
 
-def _fixed(name: str, codec: struct.Struct, check: Callable[[Any], Any]) -> Serde[Any]:
-    width = codec.size
+class _FixedWidthSerde(Serde[Any]):
+    """A fixed-width number.
 
-    def ser(obj: Any) -> bytes:
-        return codec.pack(check(obj))
+    The built-in serdes do their work inside ``serialize`` and ``deserialize``: one call per
+    record and serde, where a serde of plain functions makes two.
+    """
 
-    def de(data: bytes) -> Any:
-        if len(data) != width:
-            raise _FixedWidthError(f"expected {width} bytes, got {len(data)}")
-        return codec.unpack(data)[0]
+    def __init__(
+        self, name: str, codec: struct.Struct, check: Callable[[Any], Any], exact: type
+    ) -> None:
+        self._width, self._pack, self._unpack = codec.size, codec.pack, codec.unpack
+        self._check, self._exact = check, exact
+        super().__init__(self._to_bytes, self._from_bytes, name)
 
-    serde: Serde[Any] = Serde(ser, de, name)
-    return serde
+    def _to_bytes(self, obj: Any) -> bytes:
+        # The exact type passes the check unchanged: only other types go through it.
+        data: bytes = self._pack(obj if type(obj) is self._exact else self._check(obj))
+        return data
+
+    def _from_bytes(self, data: bytes) -> Any:
+        if len(data) != self._width:
+            raise _FixedWidthError(f"expected {self._width} bytes, got {len(data)}")
+        return self._unpack(data)[0]
+
+    def serialize(self, topic: str | None, obj: Any) -> bytes | None:
+        if obj is None:
+            return None
+        try:
+            data: bytes = self._pack(obj if type(obj) is self._exact else self._check(obj))
+        except Exception as exc:
+            raise self._serialize_error(topic, obj, exc) from exc
+        return data
+
+    def deserialize(self, topic: str | None, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return self._from_bytes(data) if len(data) != self._width else self._unpack(data)[0]
+        except Exception as exc:
+            raise self._deserialize_error(topic, data, exc) from exc
+
+
+def _fixed(name: str, codec: struct.Struct, check: Callable[[Any], Any], exact: type) -> Serde[Any]:
+    return _FixedWidthSerde(name, codec, check, exact)
 
 
 def _check_int(obj: Any) -> int:
@@ -160,38 +199,63 @@ def _check_float(obj: Any) -> float:
 
 def long() -> Serde[int]:
     """8-byte big-endian signed integer (Java ``Serdes.Long()``)."""
-    return _fixed("long", _LONG, _check_int)
+    return _fixed("long", _LONG, _check_int, int)
 
 
 def integer() -> Serde[int]:
     """4-byte big-endian signed integer (Java ``Serdes.Integer()``)."""
-    return _fixed("integer", _INT, _check_int)
+    return _fixed("integer", _INT, _check_int, int)
 
 
 def short() -> Serde[int]:
     """2-byte big-endian signed integer (Java ``Serdes.Short()``)."""
-    return _fixed("short", _SHORT, _check_int)
+    return _fixed("short", _SHORT, _check_int, int)
 
 
 def double() -> Serde[float]:
     """8-byte big-endian IEEE 754 double (Java ``Serdes.Double()``)."""
-    return _fixed("double", _DOUBLE, _check_float)
+    return _fixed("double", _DOUBLE, _check_float, float)
 
 
 def float_() -> Serde[float]:
     """4-byte big-endian IEEE 754 float (Java ``Serdes.Float()``); loses precision."""
-    return _fixed("float", _FLOAT, _check_float)
+    return _fixed("float", _FLOAT, _check_float, float)
 
 
-def string() -> Serde[str]:
-    """UTF-8 text (Java ``Serdes.String()``)."""
+class _StringSerde(Serde[str]):
+    def __init__(self) -> None:
+        super().__init__(self._to_bytes, self._from_bytes, "string")
 
-    def ser(obj: str) -> bytes:
+    @staticmethod
+    def _to_bytes(obj: str) -> bytes:
         if not isinstance(obj, str):
             raise TypeError(f"expected str, got {type(obj).__name__}")
         return obj.encode("utf-8")
 
-    return Serde(ser, lambda data: bytes(data).decode("utf-8"), "string")
+    @staticmethod
+    def _from_bytes(data: bytes) -> str:
+        return bytes(data).decode("utf-8")
+
+    def serialize(self, topic: str | None, obj: str | None) -> bytes | None:
+        if obj is None:
+            return None
+        try:
+            return obj.encode("utf-8") if type(obj) is str else self._to_bytes(obj)
+        except Exception as exc:
+            raise self._serialize_error(topic, obj, exc) from exc
+
+    def deserialize(self, topic: str | None, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        try:
+            return (data if type(data) is bytes else bytes(data)).decode("utf-8")
+        except Exception as exc:
+            raise self._deserialize_error(topic, data, exc) from exc
+
+
+def string() -> Serde[str]:
+    """UTF-8 text (Java ``Serdes.String()``)."""
+    return _StringSerde()
 
 
 def bytes_() -> Serde[bytes]:
@@ -222,8 +286,10 @@ _ORJSON_OPTIONS = (
 )
 _MAYBE_DIFFERENT = re.compile(rb"null|0\.0000|e-[0-9](?![0-9])").search
 # orjson reads integers beyond 64 bits as floats, the standard library as ints: numbers of 19
-# digits or more are read by the standard library.
+# digits or more are read by the standard library. Counting digits (one C call) rules most
+# documents out before the search.
 _LONG_NUMBER = re.compile(rb"[0-9]{19}").search
+_DIGITS = b"0123456789"
 _orjson_dumps = orjson.dumps
 _orjson_loads = orjson.loads
 _OrjsonEncodeError = orjson.JSONEncodeError
@@ -236,23 +302,52 @@ def _stdlib_json_bytes(obj: Any) -> bytes:
     )
 
 
-def _json_bytes(obj: Any) -> bytes:
-    try:
-        data = _orjson_dumps(obj, option=_ORJSON_OPTIONS)
-    except _OrjsonEncodeError:
-        return _stdlib_json_bytes(obj)
-    if _MAYBE_DIFFERENT(data) is None:
-        return data
-    return _stdlib_json_bytes(obj)
+# Values of these exact types hold no float, so orjson's bytes for them need no search.
+_FLOAT_FREE = frozenset({str, int, bool, type(None)})
 
 
-def _json_object(data: bytes) -> Any:
-    if len(data) < 19 or _LONG_NUMBER(data) is None:
+class _JsonSerde(Serde[Any]):
+    # Both methods are its own: the base class's plain functions are never called.
+    def __init__(self) -> None:
+        self.name = "json"
+
+    def serialize(self, topic: str | None, obj: Any) -> bytes | None:
+        if obj is None:
+            return None
         try:
-            return _orjson_loads(data)
-        except _OrjsonDecodeError:
-            pass  # what orjson refuses (NaN, lone surrogates, 1e400), the standard library reads
-    return _json.loads(bytes(data).decode("utf-8"))
+            data: bytes = _orjson_dumps(obj, option=_ORJSON_OPTIONS)
+        except _OrjsonEncodeError:
+            pass
+        else:
+            kind = type(obj)
+            # The common cases, a scalar or a flat dict of scalars, hold no float: no search.
+            if (
+                kind in _FLOAT_FREE
+                or (kind is dict and _FLOAT_FREE.issuperset(map(type, obj.values())))
+                or _MAYBE_DIFFERENT(data) is None
+            ):
+                return data
+        try:
+            return _stdlib_json_bytes(obj)
+        except Exception as exc:
+            raise self._serialize_error(topic, obj, exc) from exc
+
+    def deserialize(self, topic: str | None, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            if (
+                len(data) < 19
+                or (type(data) is bytes and len(data) - len(data.translate(None, _DIGITS)) < 19)
+                or _LONG_NUMBER(data) is None
+            ):
+                try:
+                    return _orjson_loads(data)
+                except _OrjsonDecodeError:
+                    pass  # what orjson refuses (NaN, lone surrogates, 1e400), the stdlib reads
+            return _json.loads(bytes(data).decode("utf-8"))
+        except Exception as exc:
+            raise self._deserialize_error(topic, data, exc) from exc
 
 
 def json() -> Serde[Any]:
@@ -263,7 +358,7 @@ def json() -> Serde[Any]:
     The bytes are those of ``json.dumps(obj, separators=(",", ":"), sort_keys=True,
     ensure_ascii=False)``; orjson writes them where it writes the same.
     """
-    return Serde(_json_bytes, _json_object, "json")
+    return _JsonSerde()
 
 
 def uuid() -> Serde[_uuid.UUID]:
@@ -287,6 +382,38 @@ def void() -> Serde[None]:
     return Serde(ser, de, "void")
 
 
+class _TimeWindowedSerde(Serde[Windowed[Any]]):
+    # Both methods are its own: the base class's plain functions are never called.
+    def __init__(self, inner: Serde[Any], window_size_ms: int) -> None:
+        self.name = f"time_windowed({inner.name})"
+        self.inner = inner
+        self.window_size_ms = window_size_ms
+
+    def serialize(self, topic: str | None, obj: Windowed[Any] | None) -> bytes | None:
+        if obj is None:
+            return None
+        try:
+            return _inner_bytes(self.inner, topic, obj, self.name) + _LONG.pack(obj.window.start_ms)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise self._serialize_error(topic, obj, exc) from exc
+
+    def deserialize(self, topic: str | None, data: bytes | None) -> Windowed[Any] | None:
+        if data is None:
+            return None
+        try:
+            if len(data) < 8:
+                raise _FixedWidthError(f"expected at least 8 bytes, got {len(data)}")
+            key = self.inner.deserialize(topic, data[:-8])
+            start = _LONG.unpack(data[-8:])[0]
+            return Windowed(key, Window(start, min(start + self.window_size_ms, _MAX_LONG)))
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise self._deserialize_error(topic, data, exc) from exc
+
+
 def time_windowed(inner: Serde[K], window_size_ms: int) -> Serde[Windowed[K]]:
     """Keys of time windows: inner key bytes, then the 8-byte big-endian window start.
 
@@ -295,20 +422,7 @@ def time_windowed(inner: Serde[K], window_size_ms: int) -> Serde[Windowed[K]]:
     """
     if window_size_ms <= 0:
         raise ValueError(f"window_size_ms must be positive, got {window_size_ms}")
-    name = f"time_windowed({inner.name})"
-
-    def ser(topic: str | None, windowed: Windowed[K]) -> bytes:
-        return _inner_bytes(inner, topic, windowed, name) + _LONG.pack(windowed.window.start_ms)
-
-    def de(topic: str | None, data: bytes) -> Windowed[K]:
-        if len(data) < 8:
-            raise _FixedWidthError(f"expected at least 8 bytes, got {len(data)}")
-        key = inner.deserialize(topic, data[:-8])
-        start = _LONG.unpack(data[-8:])[0]
-        end = min(start + window_size_ms, _MAX_LONG)
-        return Windowed(key, Window(start, end))  # type: ignore[arg-type]
-
-    return Serde._with_topic(ser, de, name)
+    return _TimeWindowedSerde(inner, window_size_ms)
 
 
 def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
@@ -338,7 +452,7 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
 
 
 def _inner_bytes(inner: Serde[K], topic: str | None, windowed: Windowed[K], name: str) -> bytes:
-    if not isinstance(windowed, Windowed):
+    if type(windowed) is not Windowed and not isinstance(windowed, Windowed):
         raise TypeError(f"expected Windowed, got {type(windowed).__name__}")
     data = inner.serialize(topic, windowed.key)
     if data is None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import GRACE_MS, WINDOW_MS, PageView, wait_until
 
@@ -113,6 +115,8 @@ class ServedRunner:
     commit_ms: int = 200
     guarantee: str = "exactly_once_v2"
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: ``--stop-timeout-s``: how long SIGTERM may take to end the lease on its commit.
+    stop_timeout_s: float | None = None
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
 
@@ -134,6 +138,8 @@ class ServedRunner:
                "--quiet"]  # fmt: skip
         if self.engine == "spark":
             cmd += ["--master", self.master]
+        if self.stop_timeout_s is not None:
+            cmd += ["--stop-timeout-s", str(self.stop_timeout_s)]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
@@ -186,3 +192,29 @@ class ServedRunner:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log else ""
+
+
+def standby_lags(port: int) -> dict[tuple[str, str], float]:
+    """The driver's ``fluvial_standby_lag_records`` per (slot, task), and the per-slot gauge
+    and applied counter, as Prometheus reads them."""
+    text = get(port, "/metrics").body["text"]
+    found: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "fluvial_standby_lag_records":
+                found[(sample.labels["slot"], sample.labels["task"])] = sample.value
+            elif sample.name == "fluvial_worker_standby_lag":
+                found[(sample.labels["slot"], "all")] = sample.value
+            elif sample.name == "fluvial_worker_standby_applied_total":
+                found[(sample.labels["slot"], "applied")] = sample.value
+    return found
+
+
+def standbys_caught_up(port: int, tasks_by_slot: dict[str, list[str]]) -> bool:
+    """Whether every slot's standbys (``{"0": ["1_1", "1_3"], ...}``) have applied every
+    record of their changelogs, as the driver's metrics last heard from the slots."""
+    lags = standby_lags(port)
+    every = all(lags.get((s, t)) == 0 for s, tasks in tasks_by_slot.items() for t in tasks)
+    return every and all(
+        lags.get((s, "all")) == 0 and lags.get((s, "applied"), 0) > 0 for s in tasks_by_slot
+    )

@@ -98,8 +98,11 @@ def produce(bootstrap: str, topic: str, views: list[PageView]) -> None:
     assert producer.flush(30) == 0
 
 
-def read_topic(bootstrap: str, topic: str, *, committed_only: bool = True) -> list:
-    """Every record of a single-partition topic, in offset order, up to its current end."""
+def read_topic(
+    bootstrap: str, topic: str, *, committed_only: bool = True, partition: int = 0
+) -> list:
+    """Every record of one partition of a topic (the first by default), in offset order, up to
+    its current end."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -109,8 +112,8 @@ def read_topic(bootstrap: str, topic: str, *, committed_only: bool = True) -> li
             "enable.partition.eof": True,
         }
     )
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-    consumer.assign([TopicPartition(topic, 0, low)])
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    consumer.assign([TopicPartition(topic, partition, low)])
     records = []
     deadline = time.monotonic() + 60
     done = high <= low

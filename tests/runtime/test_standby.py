@@ -11,6 +11,7 @@ import pytest
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.engine import assign_standbys, plan_tasks
 from fluvial.runtime.loader import load_app
+from fluvial.runtime.standby import standby_copies
 from fluvial.runtime.topics import ensure_internal_topics
 from fluvial.runtime.worker import Worker
 from tests.runtime.harness import (
@@ -90,10 +91,15 @@ def test_promoted_standby_restores_only_what_it_had_not_seen(
         tailer.join(60)
         active.close(clean=False)  # host A dies
 
-    # The task moves to host B, where the standby kept its stores warm.
+    # The task moves to host B, where the standby kept its stores warm in a directory of its
+    # own; the promoted task takes that copy over instead of restoring from scratch.
+    root_b = tmp_path / "host-b" / app_id
+    kept = [t for t in tasks if standby_copies(root_b, t)]
+    assert kept, "the standby kept copies apart from the task directories"
     promoted = Worker(0, loaded.topology, host_b, tasks)
     promoted.start()
     try:
+        assert not any(standby_copies(root_b, t) for t in kept), "the copies were taken over"
         applied = standby.metrics.standby_applied
         assert applied >= written > 1000, "the standby applied the changelog as it was written"
         assert promoted.metrics.restore_total <= 0.05 * applied, (

@@ -83,6 +83,63 @@ def test_bench_runs_fluvial_on_the_secured_cluster_and_refuses_peers(
     )  # fmt: skip
 
 
+def settings_without_password(cluster: SecureCluster) -> tuple[Path, dict[str, str]]:
+    """A settings file naming the cluster, and the environment that holds its password."""
+    settings = cluster.properties_file("admin")
+    lines = [
+        line for line in settings.read_text().splitlines() if not line.startswith("sasl.password")
+    ]
+    settings.write_text("\n".join(lines) + "\n")
+    return settings, {"FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD": cluster.credentials.passwords["admin"]}
+
+
+def test_bench_postgres_sink_runs_on_the_secured_cluster(
+    secure_cluster: SecureCluster, tmp_path: Path, command_lines: set[str]
+) -> None:
+    cluster = secure_cluster
+    results = tmp_path / "postgres-sink.json"
+    settings, env = settings_without_password(cluster)
+    run = cli(
+        "bench", "postgres-sink", "--records", "3000", "--batch", "1000",
+        "--writers", "copy,fluvial", "--client-config", str(settings), "--json", str(results),
+        env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    runs = {r["writer"]: r for r in json.loads(results.read_text())["runs"]}
+    assert runs["copy"]["rows"] == runs["fluvial"]["rows"] == 3000, runs
+    assert runs["fluvial"]["records"] == 3000
+    assert_no_secrets(
+        cluster,
+        {"bench": run.stdout + run.stderr, "results": results.read_text(),
+         "command lines": "\n".join(sorted(command_lines))},
+    )  # fmt: skip
+
+
+def test_bench_queries_runs_on_the_secured_cluster(
+    secure_cluster: SecureCluster, tmp_path: Path, command_lines: set[str]
+) -> None:
+    cluster = secure_cluster
+    results = tmp_path / "queries.json"
+    settings, env = settings_without_password(cluster)
+    run = cli(
+        "bench", "queries", "--records", "3000", "--clients", "1", "--client-config",
+        str(settings), "--json", str(results), env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(results.read_text())
+    # Both runs of the application processed every record on the secured cluster (a run that
+    # cannot connect never gets there, and the bench fails). How many queries a client got in
+    # before the end depends on the machine's load, so only their answers are checked.
+    for phase in ("without_queries", "with_queries"):
+        assert result[phase]["records"] == 3000 and result[phase]["processing_rps"] > 0, result
+    assert set(result["with_queries"]["statuses"]) <= {"200"}, result
+    assert_no_secrets(
+        cluster,
+        {"bench": run.stdout + run.stderr, "results": results.read_text(),
+         "command lines": "\n".join(sorted(command_lines))},
+    )  # fmt: skip
+
+
 def test_verify_and_bench_fail_fast_on_a_wrong_password(
     secure_cluster: SecureCluster, tmp_path: Path
 ) -> None:
@@ -93,6 +150,8 @@ def test_verify_and_bench_fail_fast_on_a_wrong_password(
     for args in (
         ["verify", "--faults", "kill-app", "--client-config", str(settings)],
         ["bench", "figure2", "--records", "100", "--client-config", str(settings)],
+        ["bench", "postgres-sink", "--records", "100", "--client-config", str(settings)],
+        ["bench", "queries", "--records", "100", "--client-config", str(settings)],
     ):
         started = time.monotonic()
         run = cli(*args, env={}, timeout=120)

@@ -3,11 +3,23 @@
     python -m tests.sinks.spark_pg_query --bootstrap B --input IN --checkpoint DIR --dsn DSN
         --table T --sink-id ID [--max-offsets N] [--progress FILE]
         [--crash-after-batch K --crash-flag FILE]
+        [--dead-letter-topic DLT [--crash-before-relay K] [--crash-in-relay K] --crash-flag FILE]
 
-Each record becomes a row (key, value, partition, offset). ``--crash-after-batch`` kills the
-whole process group with SIGKILL once, right after the sink returned for batch K and before
-Spark records the batch as committed, so the restarted query replays it. The query runs with
-``availableNow``: it ends once it has caught up.
+Each record becomes a row (key, value, partition, offset). With ``--dead-letter-topic`` the
+values are JSON objects instead, and each becomes a row (id, n, code, tag, partition, offset)
+with ``n`` as text, for a table whose types and constraints refuse some of them; the sink sends
+those to the dead-letter topic.
+
+Crash points (each kills the whole process group with SIGKILL, once per ``--crash-flag``):
+
+- ``--crash-after-batch K``: right after the sink returned for batch K and before Spark
+  records the batch as committed, so the restarted query replays it;
+- ``--crash-before-relay K``: after batch K committed in PostgreSQL, before its dead letters
+  were sent to Kafka;
+- ``--crash-in-relay K``: with batch K's dead letters sent in a Kafka transaction that is not
+  yet committed.
+
+The query runs with ``availableNow``: it ends once it has caught up.
 """
 
 from __future__ import annotations
@@ -30,6 +42,9 @@ def main() -> None:
     parser.add_argument("--progress", type=Path)
     parser.add_argument("--crash-after-batch", type=int)
     parser.add_argument("--crash-flag", type=Path)
+    parser.add_argument("--dead-letter-topic")
+    parser.add_argument("--crash-before-relay", type=int)
+    parser.add_argument("--crash-in-relay", type=int)
     args = parser.parse_args()
 
     spark = local_spark_session(
@@ -44,14 +59,31 @@ def main() -> None:
         .option("kafka.isolation.level", "read_committed")
         .load()
     )
-    rows = source.select(
-        F.col("key").cast("string").alias("key"),
-        F.upper(F.col("value").cast("string")).alias("value"),
-        "partition",
-        "offset",
-        "timestamp",
-    )
-    sink = PostgresSink(args.table, dsn=args.dsn, sink_id=args.sink_id)
+    if args.dead_letter_topic:
+        value = F.col("value").cast("string")
+        rows = source.select(
+            F.get_json_object(value, "$.id").cast("bigint").alias("id"),
+            F.get_json_object(value, "$.n").alias("n"),
+            F.get_json_object(value, "$.code").alias("code"),
+            F.get_json_object(value, "$.tag").alias("tag"),
+            "partition",
+            "offset",
+        )
+        sink = PostgresSink(
+            args.table, dsn=args.dsn, sink_id=args.sink_id, create_table=False,
+            on_bad_row="dead_letter", dead_letter_topic=args.dead_letter_topic,
+            bootstrap_servers=args.bootstrap,
+        )  # fmt: skip
+        _arm_relay_crashes(sink, args)
+    else:
+        rows = source.select(
+            F.col("key").cast("string").alias("key"),
+            F.upper(F.col("value").cast("string")).alias("value"),
+            "partition",
+            "offset",
+            "timestamp",
+        )
+        sink = PostgresSink(args.table, dsn=args.dsn, sink_id=args.sink_id)
 
     def note(event: str, batch_id: int) -> None:
         if args.progress is not None:
@@ -62,9 +94,8 @@ def main() -> None:
         note("start", batch_id)
         result = sink(df, batch_id)
         note("skipped" if result.skipped else "done", batch_id)
-        if batch_id == args.crash_after_batch and not args.crash_flag.exists():
-            args.crash_flag.touch()
-            os.killpg(0, signal.SIGKILL)  # the driver dies before Spark commits the batch
+        if batch_id == args.crash_after_batch:
+            crash(args.crash_flag)  # the driver dies before Spark commits the batch
 
     query = (
         rows.writeStream.foreachBatch(batch)
@@ -74,6 +105,32 @@ def main() -> None:
     )
     query.awaitTermination()
     spark.stop()
+
+
+def crash(flag: Path) -> None:
+    """SIGKILL this process group, unless an earlier run already crashed here."""
+    if not flag.exists():
+        flag.touch()
+        os.killpg(0, signal.SIGKILL)
+
+
+def _arm_relay_crashes(sink: PostgresSink, args: argparse.Namespace) -> None:
+    outbox = sink.outbox
+    assert outbox is not None
+    relay, produce_batch = outbox.relay, outbox._produce_batch
+
+    def crashing_relay(conn):  # noqa: ANN001, ANN202
+        if args.crash_before_relay in outbox.pending(conn):
+            crash(args.crash_flag)  # batch K is committed in PostgreSQL, its letters not sent
+        return relay(conn)
+
+    def crashing_produce_batch(producer, batch_id, letters):  # noqa: ANN001, ANN202
+        produce_batch(producer, batch_id, letters)
+        if batch_id == args.crash_in_relay:
+            crash(args.crash_flag)  # the letters are in an open Kafka transaction
+
+    outbox.relay = crashing_relay  # type: ignore[method-assign]
+    outbox._produce_batch = crashing_produce_batch  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -179,10 +179,12 @@ def test_bad_rows_go_to_the_dead_letter_topic_and_the_rest_is_written(
     dead = topic_factory("dead")
     table = table_name("views")
     # A constraint of the user's own: PostgreSQL rejects negative periods.
+    # And a deferred one, which a batch meets at its COMMIT unless the sink checks it earlier.
     query(pg_dsn, f"CREATE TABLE {table} (key text, category text, period bigint CHECK (period >= 0), "
                   "kafka_topic text NOT NULL, kafka_partition integer NOT NULL, kafka_offset bigint "
                   "NOT NULL, kafka_timestamp timestamptz, "
-                  "PRIMARY KEY (kafka_topic, kafka_partition, kafka_offset))")  # fmt: skip
+                  "PRIMARY KEY (kafka_topic, kafka_partition, kafka_offset), "
+                  "UNIQUE (category, period) DEFERRABLE INITIALLY DEFERRED)")  # fmt: skip
     records = []
     for i in range(100):
         value = {"category": "c", "period": i}
@@ -192,6 +194,7 @@ def test_bad_rows_go_to_the_dead_letter_topic_and_the_rest_is_written(
             value["period"] = -i  # a constraint violation, found by PostgreSQL
         records.append((f"k{i}".encode(), json.dumps(value).encode(), BASE + i))
     records.append((b"k-not-json", b"{not json", BASE))
+    records.append((b"k-again", json.dumps({"category": "c", "period": 99}).encode(), BASE))
     produce(bootstrap_servers, topic, records, partition=0)
 
     progress = PostgresSink(
@@ -202,17 +205,18 @@ def test_bad_rows_go_to_the_dead_letter_topic_and_the_rest_is_written(
 
     periods = sorted(r[0] for r in query(pg_dsn, f"SELECT period FROM {table}"))
     assert periods == [i for i in range(100) if i not in (17, 40, 41, 90)]
-    assert progress.dead_letters == 5
+    assert progress.dead_letters == 6
     letters = read_all(bootstrap_servers, dead)
     assert sorted(m.key() for m in letters) == sorted(
-        [b"k17", b"k40", b"k41", b"k90", b"k-not-json"]
+        [b"k17", b"k40", b"k41", b"k90", b"k-not-json", b"k-again"]
     )
     headers = {m.key(): dict(m.headers()) for m in letters}
     assert b"not a valid bigint" in headers[b"k17"]["fluvial.sink.error"]
     assert b"check constraint" in headers[b"k40"]["fluvial.sink.error"]
     assert headers[b"k90"]["fluvial.source.offset"] == b"90"
     assert headers[b"k90"]["fluvial.source.topic"] == topic.encode()
-    assert offsets(pg_dsn, table)[(topic, 0)][0] == 101
+    assert b"duplicate key value" in headers[b"k-again"]["fluvial.sink.error"]
+    assert offsets(pg_dsn, table)[(topic, 0)][0] == 102
 
 
 def test_a_bad_row_stops_the_sink_and_nothing_of_its_batch_commits(

@@ -251,6 +251,64 @@ def test_rocksdb_drops_expired_segments(tmp_path):
     reopened.close()
 
 
+def test_rocksdb_segments_come_and_go_without_new_column_families(tmp_path):
+    """Segments share one column family: creating or dropping one is a key range, so the
+    store's families stay the same however far stream time moves."""
+    from rocksdict import Options, Rdict
+
+    store = RocksDBWindowStore("w", retention_ms=1000, window_size_ms=100, segment_interval_ms=500)
+    store.init(tmp_path)
+    families = set(Rdict.list_cf(str(tmp_path / "w"), Options(raw_mode=True)))
+    for start in range(0, 20_000, 250):
+        store.put(b"k", str(start).encode(), start)
+    assert store.segment_ids == [37, 38, 39]
+    assert set(Rdict.list_cf(str(tmp_path / "w"), Options(raw_mode=True))) == families
+    assert [s for s, _ in store.fetch_range(b"k", 0, 20_000)] == [19_000, 19_250, 19_500, 19_750]
+    store.close()
+
+
+def test_rocksdb_moves_a_store_with_a_column_family_per_segment(tmp_path):
+    """Stores written by earlier fluvial versions kept one column family per segment
+    (``segment-<id>``, keys without the segment id): opening one moves its windows over."""
+    from rocksdict import Options, Rdict, WriteBatch
+
+    def options() -> Options:
+        o = Options(raw_mode=True)
+        o.create_if_missing(True)
+        o.create_missing_column_families(True)
+        return o
+
+    def write_old_layout(path: str) -> None:
+        families = ("fluvial-meta", "segment-1", "segment-2")
+        db = Rdict(path, options(), column_families={n: options() for n in families})
+        batch = WriteBatch(raw_mode=True)
+        for family, start, value in [("segment-1", 600, b"a"), ("segment-2", 1200, b"b")]:
+            batch.put(kafka_window_key(b"k", start, 0), value, db.get_column_family_handle(family))
+        meta = db.get_column_family_handle("fluvial-meta")
+        batch.put(b"observed_stream_time", struct.pack(">q", 1200), meta)
+        batch.put(b"committed_offset", struct.pack(">q", 41), meta)
+        db.write(batch)
+        db.close()
+
+    path = str(tmp_path / "w")
+    write_old_layout(path)
+
+    store = RocksDBWindowStore("w", retention_ms=1000, window_size_ms=100, segment_interval_ms=500)
+    store.init(tmp_path)
+    assert store.committed_offset == 41
+    assert store.segment_ids == [1, 2]
+    assert list(store.all()) == [(b"k", 600, b"a"), (b"k", 1200, b"b")]
+    assert store.fetch(b"k", 600) == b"a"
+    store.close()
+    assert not any(f.startswith("segment-") for f in Rdict.list_cf(path, Options(raw_mode=True)))
+    reopened = RocksDBWindowStore(
+        "w", retention_ms=1000, window_size_ms=100, segment_interval_ms=500
+    )
+    reopened.init(tmp_path)
+    assert list(reopened.all()) == [(b"k", 600, b"a"), (b"k", 1200, b"b")]
+    reopened.close()
+
+
 def test_negative_window_starts_sort_before_positive_ones(make_window):
     # Big-endian signed bytes put -1 after +1; stores must still answer in numeric order.
     store = make_window(retention_ms=10_000)

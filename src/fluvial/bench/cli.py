@@ -295,14 +295,17 @@ def queries(
     ] = 0.0,
     bootstrap: Bootstrap = None,
     json_out: JsonOut = None,
+    client_config: ClientConfig = None,
 ) -> None:
     """Interactive query load on a running Figure 2 app: queries/s, p50/p99, throughput lost."""
     from fluvial.bench.queries import run_query_bench
 
     if rate < 0 or clients < 1:
         raise typer.BadParameter("--rate must be >= 0 and --clients >= 1")
+    bootstrap, settings, settings_file = _security(bootstrap, client_config)
     result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine,
-                             rate=rate)  # fmt: skip
+                             rate=rate, client_config=settings,
+                             client_config_file=settings_file)  # fmt: skip
     alone, loaded = result["without_queries"], result["with_queries"]
     console.print(
         f"processing alone {alone['processing_rps']:,} rec/s; with queries "
@@ -410,14 +413,16 @@ def postgres_sink(
     ] = None,
     json_out: JsonOut = None,
     bootstrap_servers: Bootstrap = None,
+    client_config: ClientConfig = None,
 ) -> None:
     """The PostgreSQL sink (rows and offsets in one transaction) against a plain INSERT loop
     and against COPY without offsets, on the same topic and database in the same run."""
     from fluvial.bench.postgres_sink import run_postgres_sink_bench
 
+    bootstrap, settings, _settings_file = _security(bootstrap_servers, client_config)
     data = run_postgres_sink_bench(
         records=records, partitions=partitions, batch=batch, writers=_csv(writers),
-        bootstrap=bootstrap_servers, dsn=dsn,
+        bootstrap=bootstrap, dsn=dsn, client_config=settings,
         say=lambda line: console.print(line, highlight=False),
     )  # fmt: skip
     data = {"environment": describe(), "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),

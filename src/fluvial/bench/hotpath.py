@@ -31,7 +31,11 @@ INPUT, OUTPUT, TABLE = "views", "out", "users"
 
 
 class _Collector:
-    """Keeps what the tasks send: repartition records for the next hop, a digest of the rest."""
+    """Keeps what the tasks send: repartition records for the next hop, the rest to digest.
+
+    It does about what the worker's collector does in Python per record (a dict lookup and a
+    call), so the CPU measured is fluvial's; the digest is computed after the clock stops.
+    """
 
     def __init__(self, repartition_topics: set[str], changelog_topics: set[str]) -> None:
         self.repartition_topics = repartition_topics
@@ -39,8 +43,7 @@ class _Collector:
         self.pending: dict[tuple[str, int], list[ConsumedRecord]] = {}
         self.offsets: dict[str, int] = {}
         self.changelog_end: dict[tuple[str, int], int] = {}
-        self.digest = hashlib.sha256()
-        self.outputs = 0
+        self.outputs: list[tuple[str, bytes | None, bytes | None, int]] = []
         self.changelog_records = 0
 
     def send(
@@ -62,9 +65,14 @@ class _Collector:
             self.changelog_end[(topic, partition or 0)] = offset
             self.changelog_records += 1
         else:
-            self.outputs += 1
-            self.digest.update(b"%s|%s|%s|%d;" % (topic.encode(), key or b"", value or b"",
-                                                  timestamp_ms))  # fmt: skip
+            self.outputs.append((topic, key, value, timestamp_ms))
+
+    def digest(self) -> str:
+        digest = hashlib.sha256()
+        for topic, key, value, timestamp_ms in self.outputs:
+            digest.update(b"%s|%s|%s|%d;" % (topic.encode(), key or b"", value or b"",
+                                             timestamp_ms))  # fmt: skip
+        return digest.hexdigest()[:16]
 
 
 def run_hotpath(
@@ -140,9 +148,9 @@ def run_hotpath(
         "cpu_s": cpu_s,
         "wall_s": wall_s,
         "cpu_us_per_record": cpu_s / records * 1e6,
-        "output_records": collector.outputs,
+        "output_records": len(collector.outputs),
         "changelog_records": collector.changelog_records,
-        "output_digest": collector.digest.hexdigest()[:16],
+        "output_digest": collector.digest(),
     }
 
 

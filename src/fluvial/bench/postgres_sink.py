@@ -45,9 +45,11 @@ def postgres(dsn: str | None) -> Iterator[str]:
         yield cluster.dsn
 
 
-def preload(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    create_topics(bootstrap, [TopicSpec(topic, partitions)])
-    producer = _producer(bootstrap, linger_ms=20, settings={})
+def preload(
+    bootstrap: str, topic: str, records: int, partitions: int, settings: dict[str, str]
+) -> None:
+    create_topics(bootstrap, [TopicSpec(topic, partitions)], admin_config=settings)
+    producer = _producer(bootstrap, linger_ms=20, settings=settings)
     base_ms = int(time.time() * 1000) - 10 * records - 60_000
     for record in generate_input("passthrough", records, base_ms=base_ms):
         while True:
@@ -62,7 +64,7 @@ def preload(bootstrap: str, topic: str, records: int, partitions: int) -> None:
 
 def _plain_writer(
     name: str, bootstrap: str, topic: str, partitions: int, dsn: str, table: str,
-    records: int, batch: int,
+    records: int, batch: int, settings: dict[str, str],
 ) -> dict[str, Any]:  # fmt: skip
     """``insert-loop`` or ``copy``: a consumer loop with no offsets kept anywhere."""
     import psycopg
@@ -87,7 +89,7 @@ def _plain_writer(
         )
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(table), names)
         consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+            **settings, "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
         })  # fmt: skip
         started = time.monotonic()
@@ -121,15 +123,16 @@ def _plain_writer(
 
 
 def _fluvial_writer(
-    bootstrap: str, topic: str, dsn: str, table: str, batch: int, mode: str
-) -> dict[str, Any]:
+    bootstrap: str, topic: str, dsn: str, table: str, batch: int, mode: str,
+    settings: dict[str, str],
+) -> dict[str, Any]:  # fmt: skip
     from psycopg import connect, sql
 
     from fluvial.sinks import PostgresSink
 
     sink = PostgresSink(
         topic, table=table, dsn=dsn, bootstrap_servers=bootstrap, mode=mode,  # type: ignore[arg-type]
-        value_serde="json", value_schema=SCHEMA, max_batch_records=batch,
+        value_serde="json", value_schema=SCHEMA, max_batch_records=batch, client_config=settings,
     )  # fmt: skip
     started = time.monotonic()
     progress = sink.run(stop_at_end=True)
@@ -147,26 +150,31 @@ def run_postgres_sink_bench(
     writers: list[str],
     bootstrap: str | None,
     dsn: str | None,
+    client_config: dict[str, str] | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
-    """Run every writer on the same topic and database; returns the results document."""
+    """Run every writer on the same topic and database; returns the results document.
+
+    ``client_config``: the Kafka client settings of ``bootstrap`` (a secured cluster's), for
+    every client of the run."""
     for writer in writers:
         if writer not in WRITERS:
             raise ValueError(f"unknown writer {writer!r}: use {', '.join(WRITERS)}")
     token = uuid.uuid4().hex[:8]
     topic = f"bench-pg-{token}"
     results: list[dict[str, Any]] = []
+    settings = dict(client_config or {})
     with kafka(bootstrap) as servers, postgres(dsn) as database:
         say(f"bench: Kafka at {servers}; pre-loading {records:,} records")
-        preload(servers, topic, records, partitions)
+        preload(servers, topic, records, partitions, settings)
         for writer in writers:
             table = f"bench_{writer.replace('-', '_')}_{token}"
             if writer.startswith("fluvial"):
                 mode = "upsert" if writer == "fluvial-upsert" else "append"
-                run = _fluvial_writer(servers, topic, database, table, batch, mode)
+                run = _fluvial_writer(servers, topic, database, table, batch, mode, settings)
             else:
                 run = _plain_writer(writer, servers, topic, partitions, database, table,
-                                    records, batch)  # fmt: skip
+                                    records, batch, settings)  # fmt: skip
             run.update(writer=writer, rows_per_s=records / run["seconds"])
             results.append(run)
             say(f"{writer:<15} {run['rows_per_s']:>10,.0f} records/s  "

@@ -45,8 +45,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _produce(bootstrap: str, topic: str, records: int, base_ms: int) -> list[tuple[str, int]]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+def _produce(
+    bootstrap: str, topic: str, records: int, base_ms: int, settings: dict[str, str]
+) -> list[tuple[str, int]]:
+    producer = Producer({**settings, "bootstrap.servers": bootstrap, "linger.ms": 20})
     rng = random.Random(1)
     windows = set()
     for i in range(records):
@@ -113,6 +115,7 @@ def _client(
 def _run_once(
     bootstrap: str, topic: str, records: int, windows: list[tuple[str, int]], *,
     clients: int, engine: str, work: Path, rate: float = 0.0,
+    client_config_file: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One ``fluvial run --serve`` over the pre-loaded input, with ``clients`` query clients."""
     app_id = f"bench-iq-{uuid.uuid4().hex[:8]}"
@@ -120,6 +123,8 @@ def _run_once(
     env = {**os.environ, "FLUVIAL_BENCH_INPUT": topic, "FLUVIAL_BENCH_OUTPUT": f"{topic}-out",
            "FLUVIAL_BENCH_APP_ID": app_id, "FLUVIAL_BENCH_BOOTSTRAP": bootstrap,
            "FLUVIAL_BENCH_STATE_DIR": str(work / app_id)}  # fmt: skip
+    if client_config_file is not None:  # fluvial run reads its client settings from there
+        env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(client_config_file.resolve())
     cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", engine,
            "--serve", f"127.0.0.1:{port}", "--quiet"]  # fmt: skip
     if engine == "spark":
@@ -201,9 +206,13 @@ def _run_once(
 
 
 def run_query_bench(
-    bootstrap: str | None, *, records: int, clients: int, engine: str, rate: float = 0.0
-) -> dict[str, Any]:
-    """Both runs on the same input; the lost throughput compares them."""
+    bootstrap: str | None, *, records: int, clients: int, engine: str, rate: float = 0.0,
+    client_config: dict[str, str] | None = None, client_config_file: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Both runs on the same input; the lost throughput compares them. ``client_config`` (read
+    from ``client_config_file``, or from the environment the application inherits) holds the
+    Kafka client settings of ``bootstrap``."""
+    settings = dict(client_config or {})
     from fluvial.bench.environment import describe
     from fluvial.bench.harness import kafka
 
@@ -212,13 +221,15 @@ def run_query_bench(
         kafka(bootstrap) as servers,
     ):
         topic = f"bench-iq-views-{uuid.uuid4().hex[:8]}"
-        create_topics(servers, [TopicSpec(topic, 1), TopicSpec(f"{topic}-out", 1)])
+        create_topics(servers, [TopicSpec(topic, 1), TopicSpec(f"{topic}-out", 1)],
+                      admin_config=settings)  # fmt: skip
         base_ms = int(time.time() * 1000) - 3_600_000
-        windows = _produce(servers, topic, records, base_ms - base_ms % 60_000)
+        windows = _produce(servers, topic, records, base_ms - base_ms % 60_000, settings)
         alone = _run_once(servers, topic, records, windows, clients=0, engine=engine,
-                          work=Path(work))  # fmt: skip
+                          work=Path(work), client_config_file=client_config_file)  # fmt: skip
         loaded = _run_once(servers, topic, records, windows, clients=clients, engine=engine,
-                           work=Path(work), rate=rate)  # fmt: skip
+                           work=Path(work), rate=rate,
+                           client_config_file=client_config_file)  # fmt: skip
     lost = 1 - loaded["processing_rps"] / alone["processing_rps"]
     return {
         "environment": describe(),

@@ -18,7 +18,7 @@ from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
 from fluvial.dsl.windows import SlidingWindows, TimeWindows
 from fluvial.processor.api import Processor
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import DROPPED_RECORDS, REVISIONS_EMITTED
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes
@@ -114,6 +114,12 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         if stream_time >= 0:
             # Resumed with a known stream time: windows closed by then were already emitted.
             self._emitted_up_to = self._last_closed_start(stream_time)
+        # Without a cache every update is forwarded at once, counted here as a plain int.
+        self._forward_now = self.forwarder.enabled and not self.forwarder.cached
+        self.revisions = 0
+        context.metrics.register(REVISIONS_EMITTED, lambda: self.revisions)
+        # The windows of recent records: equal windows are one object, made once.
+        self._recent_windows: dict[int, Window] = {}
 
     def process(self, record: Record[Any, Any]) -> None:
         # A null value is aggregated like any other (a reduce starts over from it); only a
@@ -121,41 +127,61 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         if record.key is None:
             self.context.metrics.increment(DROPPED_RECORDS)
             return
+        timestamp = record.timestamp_ms
         # Stream time as this operator saw it: records dropped upstream (a filter in the same
         # task) do not close its windows.
-        self._observed = max(self._observed, record.timestamp_ms)
+        if timestamp > self._observed:
+            self._observed = timestamp
         stream_time = self._observed
         if self.emit_on_close:
             # Before writing: the write may expire closed windows from the store.
             self._emit_closed(stream_time)
-        close_time = stream_time - self.windows.grace_ms
+        windows = self.windows
+        assert isinstance(windows, TimeWindows)  # sliding windows override process()
+        close_time = stream_time - windows.grace_ms
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
-        assert isinstance(self.windows, TimeWindows)  # sliding windows override process()
-        for window in self.windows.windows_for(record.timestamp_ms):
-            if window.end_ms <= close_time:
+        # Every window containing the timestamp, oldest first (TimeWindows.windows_for, by start).
+        size, advance = windows.size_ms, windows.advance_ms
+        first = max(0, timestamp - size + advance)
+        start = first - first % advance
+        while start <= timestamp:
+            if start + size <= close_time:
                 log.debug(
-                    "dropping record at %d for closed window %s (stream time %d, grace %d)",
-                    record.timestamp_ms, window, stream_time, self.windows.grace_ms,
+                    "dropping record at %d for closed window [%d, %d) (stream time %d, grace %d)",
+                    timestamp, start, start + size, stream_time, windows.grace_ms,
                 )  # fmt: skip
                 self.context.metrics.increment(DROPPED_RECORDS)
-                continue
-            self._update(key_bytes, record, window)
+            else:
+                self._update(key_bytes, record, start)
+            start += advance
 
-    def _update(self, key_bytes: bytes, record: Record[Any, Any], window: Window) -> None:
-        raw = self.store.fetch(key_bytes, window.start_ms)
-        found = None if raw is None else from_timestamped_bytes(raw)
-        old = None if found is None else self.value_serde.deserialize(None, found[0])
-        timestamp = record.timestamp_ms if found is None else max(record.timestamp_ms, found[1])
-        if found is None and self.initializer is None:
-            new = record.value
+    def _update(self, key_bytes: bytes, record: Record[Any, Any], start: int) -> None:
+        raw = self.store.fetch(key_bytes, start)
+        timestamp = record.timestamp_ms
+        if raw is None:
+            if self.initializer is None:
+                old, new = None, record.value  # reduce: the first value is the aggregate
+            else:
+                old = self.initializer()
+                new = self.aggregator(record.key, record.value, old)
         else:
-            old = old if found is not None else self.initializer()  # type: ignore[misc]
+            found, found_timestamp = from_timestamped_bytes(raw)
+            old = self.value_serde.deserialize(None, found)
+            if found_timestamp > timestamp:
+                timestamp = found_timestamp
             new = self.aggregator(record.key, record.value, old)
         new_bytes = self.value_serde.serialize(None, new)
         stored = None if new_bytes is None else to_timestamped_bytes(new_bytes, timestamp)
-        self.store.put(key_bytes, stored, window.start_ms, timestamp)  # None: the window is gone
-        self.forwarder.maybe_forward(record.key, window, new, old, timestamp)
+        self.store.put(key_bytes, stored, start, timestamp)  # None: the window is gone
+        if self._forward_now:
+            window = self._recent_windows.get(start)
+            if window is None:
+                if len(self._recent_windows) >= 64:
+                    self._recent_windows.clear()
+                window = self._recent_windows[start] = Window(start, start + self.windows.size_ms)
+            self.context.forward(Record(Windowed(record.key, window), Change(new, old), timestamp))
+            self.revisions += 1
 
     def _last_closed_start(self, stream_time: int) -> int:
         """Windows starting at or before this are closed: ``end <= stream_time - grace``."""

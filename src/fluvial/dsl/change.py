@@ -25,6 +25,18 @@ class Change(Generic[V]):
     old_value: V | None
 
 
+# One is made per revision: set the slots directly, as fluvial.records does for Windowed.
+_set_new, _set_old = Change.new_value.__set__, Change.old_value.__set__  # type: ignore[attr-defined]
+
+
+def _change_init(self: Change[Any], new_value: Any, old_value: Any) -> None:
+    _set_new(self, new_value)
+    _set_old(self, old_value)
+
+
+Change.__init__ = _change_init  # type: ignore[method-assign]
+
+
 def change_serde(inner: Serde[Any]) -> Serde[Change[Any]]:
     """Both halves of a change, for repartition topics and suppression buffers.
 

@@ -7,7 +7,7 @@ from typing import Any
 from fluvial import serdes
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.stateless import PassThroughProcessor
-from fluvial.processor.api import Processor
+from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.topology.builder import InternalTopologyBuilder
@@ -129,16 +129,22 @@ class NullKeyPolicy:
     keep_null_keys = False
 
 
-class RepartitionFilterProcessor(Processor[Any, Any]):
+class RepartitionFilterProcessor(FusableProcessor):
     """Before a repartition topic: drops null keys, which have no partition by key, unless a
     join downstream emits records with null keys (those go to a partition the producer picks)."""
 
     def __init__(self, policy: NullKeyPolicy) -> None:
         self.policy = policy
 
-    def process(self, record: Record[Any, Any]) -> None:
-        if record.key is not None or self.policy.keep_null_keys:
-            self.context.forward(record)
+    def fuse(self, downstream: Step) -> Step:
+        if self.policy.keep_null_keys:  # settled when the DSL built the topology
+            return downstream
+
+        def drop_null_keys(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            if key is not None:
+                downstream(key, value, origin)
+
+        return drop_null_keys
 
 
 def null_key_join(itb: InternalTopologyBuilder, node: str) -> None:

@@ -1,7 +1,8 @@
 """Processors of the record-at-a-time KStream operations: filter, map, flat_map, peek, branch...
 
 Each is a thin wrapper around a user function; they hold no state, so a task can run any number
-of them without stores or changelogs.
+of them without stores or changelogs. All but ``branch`` are fusable: a task runs a chain of them
+as one step per record (see :mod:`fluvial.processor.fusion`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fluvial.processor.api import Processor
+from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.records import KeyValue, Record
 
 
@@ -23,88 +25,132 @@ def as_key_value(result: Any, operation: str) -> tuple[Any, Any]:
     )
 
 
-class FilterProcessor(Processor[Any, Any]):
+class FilterProcessor(FusableProcessor):
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
         self.predicate = predicate
         self.negate = negate
 
-    def process(self, record: Record[Any, Any]) -> None:
-        if bool(self.predicate(record.key, record.value)) != self.negate:
-            self.context.forward(record)
+    def fuse(self, downstream: Step) -> Step:
+        predicate = self.predicate
+        if self.negate:
+
+            def filter_not(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+                if not predicate(key, value):
+                    downstream(key, value, origin)
+
+            return filter_not
+
+        def filter_(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            if predicate(key, value):
+                downstream(key, value, origin)
+
+        return filter_
 
 
-class MapProcessor(Processor[Any, Any]):
+class MapProcessor(FusableProcessor):
     def __init__(self, mapper: Callable[[Any, Any], Any]) -> None:
         self.mapper = mapper
 
-    def process(self, record: Record[Any, Any]) -> None:
-        key, value = as_key_value(self.mapper(record.key, record.value), "map")
-        self.context.forward(record.with_key_value(key, value))
+    def fuse(self, downstream: Step) -> Step:
+        mapper = self.mapper
+
+        def map_(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            result = mapper(key, value)
+            # The common cases inline; as_key_value checks (and explains) everything else.
+            kind = type(result)
+            if kind is not KeyValue and (kind is not tuple or len(result) != 2):
+                result = as_key_value(result, "map")
+            downstream(result[0], result[1], origin)
+
+        return map_
 
 
-class MapValuesProcessor(Processor[Any, Any]):
+class MapValuesProcessor(FusableProcessor):
     def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
 
-    def process(self, record: Record[Any, Any]) -> None:
-        value = (
-            self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
-        )
-        self.context.forward(record.with_value(value))
+    def fuse(self, downstream: Step) -> Step:
+        mapper = self.mapper
+        if self.with_key:
+
+            def map_values_with_key(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+                downstream(key, mapper(key, value), origin)
+
+            return map_values_with_key
+
+        def map_values(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            downstream(key, mapper(value), origin)
+
+        return map_values
 
 
-class FlatMapProcessor(Processor[Any, Any]):
+class FlatMapProcessor(FusableProcessor):
     def __init__(self, mapper: Callable[[Any, Any], Iterable[Any]]) -> None:
         self.mapper = mapper
 
-    def process(self, record: Record[Any, Any]) -> None:
-        for result in self.mapper(record.key, record.value):
-            key, value = as_key_value(result, "flat_map")
-            self.context.forward(record.with_key_value(key, value))
+    def fuse(self, downstream: Step) -> Step:
+        mapper = self.mapper
+
+        def flat_map(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            for result in mapper(key, value):
+                new_key, new_value = as_key_value(result, "flat_map")
+                downstream(new_key, new_value, origin)
+
+        return flat_map
 
 
-class FlatMapValuesProcessor(Processor[Any, Any]):
+class FlatMapValuesProcessor(FusableProcessor):
     def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
 
-    def process(self, record: Record[Any, Any]) -> None:
-        values = (
-            self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
-        )
-        for value in values:
-            self.context.forward(record.with_value(value))
+    def fuse(self, downstream: Step) -> Step:
+        mapper, with_key = self.mapper, self.with_key
+
+        def flat_map_values(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            for new_value in mapper(key, value) if with_key else mapper(value):
+                downstream(key, new_value, origin)
+
+        return flat_map_values
 
 
-class SelectKeyProcessor(Processor[Any, Any]):
+class SelectKeyProcessor(FusableProcessor):
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 
-    def process(self, record: Record[Any, Any]) -> None:
-        self.context.forward(
-            record.with_key_value(self.selector(record.key, record.value), record.value)
-        )
+    def fuse(self, downstream: Step) -> Step:
+        selector = self.selector
+
+        def select_key(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            downstream(selector(key, value), value, origin)
+
+        return select_key
 
 
-class PeekProcessor(Processor[Any, Any]):
+class PeekProcessor(FusableProcessor):
     """Calls an action and forwards the record unchanged (``peek``) or ends the path (``foreach``)."""
 
     def __init__(self, action: Callable[[Any, Any], None], forward: bool) -> None:
         self.action = action
         self.forward = forward
 
-    def process(self, record: Record[Any, Any]) -> None:
-        self.action(record.key, record.value)
-        if self.forward:
-            self.context.forward(record)
+    def fuse(self, downstream: Step) -> Step:
+        action, forward = self.action, self.forward
+
+        def peek(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            action(key, value)
+            if forward:
+                downstream(key, value, origin)
+
+        return peek
 
 
-class PassThroughProcessor(Processor[Any, Any]):
+class PassThroughProcessor(FusableProcessor):
     """Forwards every record: merge points and branch heads."""
 
-    def process(self, record: Record[Any, Any]) -> None:
-        self.context.forward(record)
+    def fuse(self, downstream: Step) -> Step:
+        return downstream
 
 
 class BranchProcessor(Processor[Any, Any]):

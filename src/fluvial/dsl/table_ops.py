@@ -14,6 +14,7 @@ from fluvial.dsl.forwarding import TableForwarder, emit
 from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.stateless import as_key_value
 from fluvial.processor.api import Processor
+from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.records import Record
 from fluvial.serdes import Serde
@@ -145,11 +146,14 @@ class TableMapValuesProcessor(Processor[Any, Any]):
         self.context.forward(record.with_value(Change(new, old)))
 
 
-class TableToStreamProcessor(Processor[Any, Any]):
+class TableToStreamProcessor(FusableProcessor):
     """The table's changelog as a stream: the new value of each change (``None`` = tombstone)."""
 
-    def process(self, record: Record[Any, Any]) -> None:
-        self.context.forward(record.with_value(record.value.new_value))
+    def fuse(self, downstream: Step) -> Step:
+        def to_stream(key: Any, change: Change[Any], origin: Record[Any, Any]) -> None:
+            downstream(key, change.new_value, origin)
+
+        return to_stream
 
 
 class TableSelectProcessor(Processor[Any, Any]):

@@ -6,6 +6,7 @@ forwarding, also when it runs later from a cache flush or a punctuator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fluvial.errors import TopologyError
@@ -17,13 +18,20 @@ if TYPE_CHECKING:
 
 
 class LiveNode:
-    """A node of a running task: its processor, its children and its context."""
+    """A node of a running task: its processor, its children and its entry.
+
+    ``process`` is how records enter the node: its processor's ``process``, or the fused run
+    of stateless operators that starts at it (see :mod:`fluvial.processor.fusion`).
+    """
 
     def __init__(self, name: str, processor: Processor[Any, Any], stores: list[str]) -> None:
         self.name = name
         self.processor = processor
         self.stores = stores
         self.children: list[LiveNode] = []
+        self.process: Callable[[Record[Any, Any]], None] = processor.process
+        # The fused step that ``process`` runs, for fused nodes: callers may skip ``process``.
+        self.step: Callable[[Any, Any, Record[Any, Any]], None] | None = None
 
 
 class NodeContext:
@@ -33,14 +41,25 @@ class NodeContext:
         self._task = task
         self._node = node
         if len(node.children) == 1:
-            # The common case, a chain: forward is a direct call of the one child.
-            only_child = node.children[0].processor.process
+            # The common case, a chain: forward is a direct call of the one child (of its fused
+            # step, when it starts a run of stateless operators).
+            child = node.children[0]
+            only_child, step = child.process, child.step
+            if step is not None:
 
-            def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
-                if child_name is None:
-                    only_child(record)
-                else:
-                    NodeContext.forward(self, record, child_name)
+                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
+                    if child_name is None:
+                        step(record.key, record.value, record)
+                    else:
+                        NodeContext.forward(self, record, child_name)
+
+            else:
+
+                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
+                    if child_name is None:
+                        only_child(record)
+                    else:
+                        NodeContext.forward(self, record, child_name)
 
             self.forward = forward  # type: ignore[method-assign]
 
@@ -87,14 +106,14 @@ class NodeContext:
         if child_name is not None:
             for child in self._node.children:
                 if child.name == child_name:
-                    child.processor.process(record)
+                    child.process(record)
                     return
             raise TopologyError(
                 f"{self._node.name!r} has no child named {child_name!r}; its children are "
                 f"{[c.name for c in self._node.children]}"
             )
         for child in self._node.children:
-            child.processor.process(record)
+            child.process(record)
 
     def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:

@@ -10,20 +10,20 @@ from typing import Any
 
 from fluvial import serdes
 from fluvial.errors import SerializationError
-from fluvial.processor.api import Processor
 from fluvial.processor.collector import RecordCollector
+from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.processor.metrics import RECORDS_PRODUCED
 from fluvial.records import Record, Windowed
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import StreamPartitioner
 
 
-class SourceProcessor(Processor[Any, Any]):
-    def process(self, record: Record[Any, Any]) -> None:
-        self.context.forward(record)
+class SourceProcessor(FusableProcessor):
+    def fuse(self, downstream: Step) -> Step:
+        return downstream
 
 
-class SinkProcessor(Processor[Any, Any]):
+class SinkProcessor(FusableProcessor):
     """Serializes with the sink's serdes, or by the Python type when none was given."""
 
     def __init__(
@@ -48,28 +48,29 @@ class SinkProcessor(Processor[Any, Any]):
         self.produced = 0
         if self.count_metric:
             context.metrics.register(RECORDS_PRODUCED, lambda: self.produced)
-        self._send = self.collector.send
 
-    def process(self, record: Record[Any, Any]) -> None:
-        topic = self.topic
+    def fuse(self, downstream: Step) -> Step:
+        topic, partitioner, send = self.topic, self.partitioner, self.collector.send
         key_serde, value_serde = self.key_serde, self.value_serde
-        key = (
-            key_serde.serialize(topic, record.key)
-            if key_serde is not None
-            else _serialize(None, topic, record.key, "key")
-        )
-        value = (
-            value_serde.serialize(topic, record.value)
-            if value_serde is not None
-            else _serialize(None, topic, record.value, "value")
-        )
-        partition = None
-        if self.partitioner is not None:
-            partition = self.partitioner(self.topic, record.key, record.value, -1)
-        headers = record.headers
-        self._send(topic, key, value, record.timestamp_ms, list(headers) if headers else [],
-                   partition)  # fmt: skip
-        self.produced += 1
+        serialize_key = (
+            key_serde.serialize if key_serde is not None
+            else lambda topic, key: _serialize(None, topic, key, "key")
+        )  # fmt: skip
+        serialize_value = (
+            value_serde.serialize if value_serde is not None
+            else lambda topic, value: _serialize(None, topic, value, "value")
+        )  # fmt: skip
+
+        def sink(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            key_bytes = serialize_key(topic, key)
+            value_bytes = serialize_value(topic, value)
+            partition = None if partitioner is None else partitioner(topic, key, value, -1)
+            headers = origin.headers
+            send(topic, key_bytes, value_bytes, origin.timestamp_ms,
+                 list(headers) if headers else [], partition)  # fmt: skip
+            self.produced += 1
+
+        return sink
 
 
 # Inferred serdes by exact type, for the types whose serde depends on the type alone (not

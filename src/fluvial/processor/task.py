@@ -22,6 +22,7 @@ from fluvial.errors import SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
 from fluvial.processor.context import LiveNode, NodeContext
+from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
     CHANGELOG_RECORDS,
     DESERIALIZATION_ERRORS,
@@ -87,7 +88,7 @@ class StreamTask:
         # Counted as plain ints on the hot path; the metrics read them when asked.
         self.processed = 0
         self.metrics.register(RECORDS_PROCESSED, lambda: self.processed)
-        self._entries: dict[str, tuple[Any, Any, Any]] = {}
+        self._entries: dict[str, tuple[Any, Any, Step]] = {}
         self.stream_time = -1  # unknown until the first record
         # Wall-clock punctuators first fire one interval after the wall-clock time they were
         # scheduled at. Until a runtime reports the time, schedules count from 0 and are moved
@@ -201,24 +202,28 @@ class StreamTask:
             self._nodes[name] = LiveNode(name, processor, stores)
         for name in sub.node_names:
             self._nodes[name].children = [self._nodes[c] for c in sub.nodes[name].children]
+        # Runs of stateless operators become one step each; every node gets its entry. Before
+        # the contexts: a context forwards to its children's entries.
+        steps = link(self._nodes.values())
         for name in sub.node_names:  # sources first, so parents are ready before children
             live = self._nodes[name]
             live.processor.init(NodeContext(self, live))
-        # Per source topic: its serdes and where its records enter the graph. A plain source
-        # only passes records on, so they go straight to its child.
-        self._entries = {}
-        for topic, source in self._sources.items():
-            live = self._nodes[source.name]
-            entry = live.processor.process
-            if type(live.processor) is SourceProcessor and len(live.children) == 1:
-                entry = live.children[0].processor.process
-            self._entries[topic] = (source.key_serde, source.value_serde, entry)
+        # Per source topic: its serdes and the step its records enter the graph with.
+        self._entries = {
+            topic: (source.key_serde, source.value_serde, steps[source.name])
+            for topic, source in self._sources.items()
+        }
         self._initialized = True
 
     @property
     def queryable(self) -> bool:
         """Restored and running: its stores may be read (hold :attr:`query_lock` while reading)."""
         return self._initialized and not self._closed
+
+    @property
+    def closed(self) -> bool:
+        """Closed for good: its stores must not be read any more."""
+        return self._closed
 
     def close(self, *, clean: bool = True) -> None:
         """Close processors then stores. Flush and commit first if the results should count.
@@ -256,21 +261,11 @@ class StreamTask:
         return sum(len(q) for q in self._queues.values())
 
     def process_one(self, wall_clock_ms: int | None = None) -> bool:
-        """Process the next record, if one may go now; return whether one did."""
-        if not self._initialized:
-            self.initialize()
-        if wall_clock_ms is not None:
-            self._observe_wall_clock(wall_clock_ms)
-        tp = self._choose_partition()
-        if tp is None:
-            return False
-        raw = self._queues[tp].popleft()
-        topic, partition = tp
-        try:
-            self._process(topic, partition, raw)
-        finally:
-            self._consumed[tp] = raw.offset + 1
-        return True
+        """Process the next record, if one may go now; return whether one did.
+
+        Stream-time punctuation is left to the caller (:meth:`punctuate_stream_time`).
+        """
+        return self._run(1, wall_clock_ms, punctuate=False) == 1
 
     def process_batch(self, max_records: int, wall_clock_ms: int | None = None) -> int:
         """Process up to ``max_records`` records; return how many were taken.
@@ -282,41 +277,82 @@ class StreamTask:
         What a batch saves is the per-call work: the wall clock is read once, the single-queue
         case skips the choice, and metrics are counted once.
         """
+        return self._run(max_records, wall_clock_ms, punctuate=True)
+
+    def _run(self, max_records: int, wall_clock_ms: int | None, *, punctuate: bool) -> int:
         if not self._initialized:
             self.initialize()
         if wall_clock_ms is not None:
             self._observe_wall_clock(wall_clock_ms)
-        taken = 0
-        punctuations = self._stream_punctuations
-        consumed = self._consumed
-        if len(self._queues) == 1:
-            [(tp, queue)] = self._queues.items()
-            if queue:
-                self._idle_since = None
-            process = self._process
+        queues = self._queues
+        single = len(queues) == 1
+        if single:
+            [(tp, queue)] = queues.items()
+            if not queue:
+                return 0
+            self._idle_since = None
             topic, partition = tp
-            while taken < max_records and queue:
+            self.current_topic, self.current_partition = topic, partition
+        due = self._stream_punctuations._heap  # ordered by due time; looked at per record
+        consumed = self._consumed
+        entries = self._entries
+        taken = processed = 0
+        raw: ConsumedRecord | None = None
+        last: ConsumedRecord | None = None
+        try:
+            while taken < max_records:
+                if single:
+                    if not queue:
+                        break
+                else:
+                    chosen = self._choose_partition()
+                    if chosen is None:
+                        break
+                    tp, queue = chosen, queues[chosen]
+                    topic, partition = tp
+                    self.current_topic, self.current_partition = topic, partition
                 raw = queue.popleft()
-                try:
-                    process(topic, partition, raw)
-                finally:
-                    consumed[tp] = raw.offset + 1
                 taken += 1
-                if punctuations.due(self.stream_time):
+                timestamp = raw.timestamp_ms
+                if timestamp < 0:
+                    self._negative_timestamp(topic, partition, raw)
+                else:
+                    key_serde, value_serde, entry = entries[topic]
+                    try:
+                        key = (
+                            raw.key if key_serde is None else key_serde.deserialize(topic, raw.key)
+                        )
+                        value = (
+                            raw.value if value_serde is None
+                            else value_serde.deserialize(topic, raw.value)
+                        )  # fmt: skip
+                    except SerializationError as exc:
+                        self._deserialization_failed(topic, partition, raw, exc)
+                    else:
+                        # Stream time moves before processing, so the record's own windows see it.
+                        if timestamp > self.stream_time:
+                            self.stream_time = timestamp
+                        offset = raw.offset
+                        self.current_offset = offset
+                        self.current_timestamp_ms = timestamp
+                        headers = raw.headers
+                        entry(key, value, Record(key, value, timestamp,
+                                                 list(headers) if headers else [], topic,
+                                                 partition, offset))  # fmt: skip
+                        processed += 1
+                if not single:  # one queue: its offset is recorded once, below
+                    consumed[tp] = raw.offset + 1
+                last, raw = raw, None
+                if punctuate and due and due[0].next_time_ms <= self.stream_time:
                     self.punctuate_stream_time()
-            return taken
-        while taken < max_records:
-            chosen = self._choose_partition()
-            if chosen is None:
-                break
-            raw = self._queues[chosen].popleft()
-            try:
-                self._process(chosen[0], chosen[1], raw)
-            finally:
-                consumed[chosen] = raw.offset + 1
-            taken += 1
-            if punctuations.due(self.stream_time):
-                self.punctuate_stream_time()
+                    self.current_topic, self.current_partition = topic, partition
+        finally:
+            # A record whose processing failed counts as consumed all the same.
+            if raw is not None:
+                consumed[tp] = raw.offset + 1
+            elif single and last is not None:
+                consumed[tp] = last.offset + 1
+            self.processed += processed
         return taken
 
     @property
@@ -353,35 +389,9 @@ class StreamTask:
             self._idle_since = None
         return min(ready, key=lambda tp: self._queues[tp][0].timestamp_ms)
 
-    def _process(self, topic: str, partition: int, raw: ConsumedRecord) -> None:
-        timestamp = raw.timestamp_ms
-        if timestamp < 0:
-            log.warning(
-                "dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset
-            )
-            self.metrics.increment(DROPPED_RECORDS)
-            return
-        key_serde, value_serde, entry = self._entries[topic]
-        try:
-            key = raw.key if key_serde is None else key_serde.deserialize(topic, raw.key)
-            value = raw.value if value_serde is None else value_serde.deserialize(topic, raw.value)
-        except SerializationError as exc:
-            self._deserialization_failed(topic, partition, raw, exc)
-            return
-        # Stream time moves before processing, so the record's own windows see it.
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-        offset = raw.offset
-        self.current_topic = topic
-        self.current_partition = partition
-        self.current_offset = offset
-        self.current_timestamp_ms = timestamp
-        headers = raw.headers
-        entry(
-            Record(key, value, timestamp, list(headers) if headers else [], topic, partition,
-                   offset)
-        )  # fmt: skip
-        self.processed += 1
+    def _negative_timestamp(self, topic: str, partition: int, raw: ConsumedRecord) -> None:
+        log.warning("dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset)
+        self.metrics.increment(DROPPED_RECORDS)
 
     def _deserialization_failed(
         self, topic: str, partition: int, raw: ConsumedRecord, exc: SerializationError

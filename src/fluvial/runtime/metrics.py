@@ -26,6 +26,10 @@ class WorkerMetrics:
     restore_total: int = 0
     restored: int = 0
     standby_applied: int = 0
+    # Changelog records the slot's standby replicas have not applied yet, in all and per task
+    # and store (``{"1_0": {"counts": 3}}``).
+    standby_lag: int = 0
+    standby_lags: dict[str, dict[str, int]] = field(default_factory=dict)
     # Restores refused because the changelog no longer held what the store needed, and
     # standby replicas dropped because their changelog position was deleted under them.
     restore_gaps: int = 0
@@ -54,6 +58,7 @@ _WORKER_COUNTERS = (
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
     ("standby_applied", "counter", "Changelog records applied to standby replicas"),
+    ("standby_lag", "gauge", "Changelog records the slot's standby replicas have not applied"),
     ("restore_gaps", "counter", "Restores refused: the changelog lost records the store needs"),
     ("standby_gaps", "counter", "Standby stores dropped: their changelog position was deleted"),
 )
@@ -91,6 +96,16 @@ class WorkerMetricsCollector(Collector):
             for w in workers:
                 family.add_metric([self.application_id, str(w.slot)], float(getattr(w, name)))
             yield family
+        standby = GaugeMetricFamily(
+            "fluvial_standby_lag_records",
+            "Changelog records a standby replica of a task's store has not applied yet",
+            labels=["application_id", "slot", "task", "store"],
+        )
+        for w in workers:
+            for task_id, stores in sorted(w.standby_lags.items()):
+                for store, lag in sorted(stores.items()):
+                    standby.add_metric([self.application_id, str(w.slot), task_id, store], lag)
+        yield standby
         task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
         for name in task_names:
             family = CounterMetricFamily(

@@ -281,14 +281,17 @@ def read_task(
             raise StoreUnavailableError(
                 f"task {task_id} of store {info.name!r} is restarting: ask again shortly"
             )
-        store = _bytes_store(task, info, isolation)
-        for attempt in range(_READ_ATTEMPTS):
-            try:
-                return read(store)
-            except (RuntimeError, KeyError):
-                # The worker changed a cache or buffer dict under the read: read again.
-                if attempt == _READ_ATTEMPTS - 1:
-                    raise
+        return read_retrying(_bytes_store(task, info, isolation), read)
+
+
+def read_retrying(store: StateStore, read: Callable[[StateStore], Any]) -> Any:
+    """``read(store)``, again if the worker changed a cache or buffer dict under it."""
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            return read(store)
+        except (RuntimeError, KeyError):
+            if attempt == _READ_ATTEMPTS - 1:
+                raise
     raise AssertionError("unreachable")
 
 
@@ -326,17 +329,45 @@ class Decoder:
             raw = from_timestamped_bytes(raw)[0]
         return self.value_serde.deserialize(self.topic, raw)
 
+    def versioned_value(self, raw: bytes | None) -> Any:
+        """A versioned store's value (its versions keep their timestamps apart)."""
+        return None if raw is None else self.value_serde.deserialize(self.topic, raw)
+
+
+class RawDecoder(Decoder):
+    """Keys and values as the store holds them: bytes in, bytes out.
+
+    A Spark slot answers the driver's Python views this way, and the driver decodes the bytes
+    through the serdes exactly as a local view would.
+    """
+
+    def key_bytes(self, key: Any) -> bytes:
+        if not isinstance(key, bytes | bytearray):
+            raise QueryError(f"a raw query takes its key as bytes, not {type(key).__name__}")
+        return bytes(key)
+
+    def key(self, data: bytes) -> Any:
+        return data
+
+    def value(self, raw: bytes | None) -> Any:
+        return raw
+
+    def versioned_value(self, raw: bytes | None) -> Any:
+        return raw
+
 
 # -- the read-only views ----------------------------------------------------------------------
 
 
 class _View:
-    def __init__(self, queries: LocalQueries, info: StoreInfo, isolation: str | None) -> None:
+    def __init__(
+        self, queries: LocalQueries, info: StoreInfo, isolation: str | None, *, raw: bool = False
+    ) -> None:
         self._queries = queries
         self.info = info
         self.name = info.name
         self._isolation = isolation
-        self._decoder = Decoder(info)
+        self._decoder = RawDecoder(info) if raw else Decoder(info)
         #: Scans read only these tasks (a Spark slot answers for its own; the driver merges).
         self.only_tasks: set[TaskId] | None = None
 
@@ -348,14 +379,15 @@ class _View:
         partition = default_partition(data, self.info.partitions)
         return TaskId(self.info.subtopology, partition), data
 
-    def _tasks(self) -> list[TaskId]:
+    def tasks(self) -> list[TaskId]:
+        """The tasks a scan reads: every task of the store, or :attr:`only_tasks`."""
         tasks = [TaskId(self.info.subtopology, p) for p in range(self.info.partitions)]
         if self.only_tasks is not None:
             tasks = [t for t in tasks if t in self.only_tasks]
         return tasks
 
     def _read(self, task_id: TaskId, isolation: str | None, read: Callable[[Any], Any]) -> Any:
-        return read_task(self._queries.source, task_id, self.info, self._iso(isolation), read)
+        return self._queries.read(task_id, self.info, self._iso(isolation), read)
 
 
 class KeyValueView(_View):
@@ -365,11 +397,7 @@ class KeyValueView(_View):
         task_id, data = self._task_for(key)
         if self.info.kind == VERSIONED_KEY_VALUE:
             found = self._read(task_id, isolation, lambda s: s.get(data))
-            return (
-                None
-                if found is None
-                else self._decoder.value_serde.deserialize(self._decoder.topic, found.value)
-            )
+            return None if found is None else self._decoder.versioned_value(found.value)
         return self._decoder.value(self._read(task_id, isolation, lambda s: s.get(data)))
 
     def range(
@@ -381,7 +409,7 @@ class KeyValueView(_View):
         hi = None if to_key is None else self._decoder.key_bytes(to_key)
         parts = [
             self._read(task_id, isolation, lambda s: list(s.range(lo, hi)))
-            for task_id in self._tasks()
+            for task_id in self.tasks()
         ]
         return [
             (self._decoder.key(k), self._decoder.value(v))
@@ -394,7 +422,7 @@ class KeyValueView(_View):
     def approximate_num_entries(self, *, isolation: str | None = None) -> int:
         return sum(
             int(self._read(task_id, isolation, lambda s: s.approximate_num_entries()))
-            for task_id in self._tasks()
+            for task_id in self.tasks()
         )
 
     def _no_versioned(self, what: str) -> None:
@@ -437,7 +465,7 @@ class WindowView(_View):
             self._read(
                 task_id, isolation, lambda s: list(s.fetch_all(int(time_from), int(time_to)))
             )
-            for task_id in self._tasks()
+            for task_id in self.tasks()
         ]
         size = self.info.spec.window_size_ms or 0
         return [
@@ -504,21 +532,33 @@ class LocalQueries:
             raise UnknownStoreError(f"no store named {name!r}; this application has: {known}")
         return info
 
-    def store(self, name: str, *, isolation: str | None = None) -> StoreView:
-        """A read-only view of a store; ``isolation`` sets the default of its queries."""
+    def store(self, name: str, *, isolation: str | None = None, raw: bool = False) -> StoreView:
+        """A read-only view of a store; ``isolation`` sets the default of its queries.
+
+        ``raw`` views take and give keys and values as the bytes the store holds.
+        """
         info = self.info(name)
         self.isolation(isolation)
         if info.kind in KEY_VALUE_KINDS:
-            return KeyValueView(self, info, isolation)
+            return KeyValueView(self, info, isolation, raw=raw)
         if info.kind == WINDOW:
-            return WindowView(self, info, isolation)
+            return WindowView(self, info, isolation, raw=raw)
         if info.kind == SESSION:
-            return SessionView(self, info, isolation)
+            return SessionView(self, info, isolation, raw=raw)
         raise QueryError(f"store {name!r} of type {info.kind} cannot be queried")
 
+    def read(
+        self, task_id: TaskId, info: StoreInfo, isolation: str, read: Callable[[Any], Any]
+    ) -> Any:
+        """Run ``read`` on the bytes store of one task (see :func:`read_task`)."""
+        return read_task(self.source, task_id, info, isolation, read)
+
     def metadata_for_key(self, name: str, key: Any) -> KeyQueryMetadata:
+        return self.metadata_for_key_bytes(name, Decoder(self.info(name)).key_bytes(key))
+
+    def metadata_for_key_bytes(self, name: str, data: bytes) -> KeyQueryMetadata:
+        """:meth:`metadata_for_key` of a key already serialized."""
         info = self.info(name)
-        data = Decoder(info).key_bytes(key)
         task_id = TaskId(info.subtopology, default_partition(data, info.partitions))
         standbys = self._standbys(task_id) if self._standbys is not None else ()
         return KeyQueryMetadata(name, task_id.partition, task_id,

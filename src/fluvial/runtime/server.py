@@ -85,6 +85,12 @@ class QueryMetrics:
             ["slot"],
             registry=registry,
         )
+        self.stale = Counter(
+            "fluvial_queries_stale",
+            "Interactive queries answered from a standby replica (allow_stale=true)",
+            ["store"],
+            registry=registry,
+        )
         self.latency = Histogram(
             "fluvial_query_latency_seconds",
             "Time to answer an interactive query",
@@ -167,6 +173,8 @@ def make_app(
                 return refuse(500, f"the query failed: {error}", "failed")
             metrics.latency.labels(op).observe(time.perf_counter() - started)
             metrics.served.labels(store, op).inc()
+            if body.get("stale"):
+                metrics.stale.labels(store).inc()
             return JSONResponse(body)
 
         return handle

@@ -2,28 +2,41 @@
 
 The local engine serves every task this way. On the Spark engine each slot's Python worker
 serves its own tasks the same way, and the driver routes to it (:mod:`fluvial.spark.queries`).
+The driver also asks a slot for:
+
+- ``standby=true``: an answer from the slot's standby replica of the task, marked stale, with
+  how far behind its changelog it is;
+- ``raw=true``: keys (in the path, ``from``, ``to``) and answers as base64 of the bytes the
+  store holds, which the driver's Python views decode through the store's serdes.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Any
 
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.queries import (
+    COMMITTED,
     KEY_VALUE_KINDS,
+    LATEST,
     SESSION,
     WINDOW,
     KeyValueView,
     LocalQueries,
     QueryError,
     SessionView,
+    StoreInfo,
     StoreUnavailableError,
     WindowView,
     parse_key,
+    read_retrying,
     to_json_value,
 )
+from fluvial.runtime.standby import StoreLag
 from fluvial.runtime.worker import Worker
 
 MIN_TIME = -(2**63)
@@ -64,6 +77,65 @@ class WorkerTasks:
         return running, assigned
 
 
+class WorkerStandbys:
+    """The standby tasks of the workers (slots) running in this process."""
+
+    def __init__(self, workers: Callable[[], list[Worker]]) -> None:
+        self._workers = workers
+
+    def find(self, task_id: TaskId) -> tuple[StreamTask | None, str]:
+        for worker in list(self._workers()):
+            standbys = worker.standbys
+            if standbys is not None and task_id in standbys.tasks:
+                task = standbys.serving(task_id)
+                if task is not None:
+                    return task, "standby"
+                return None, f"a standby in slot {worker.slot} that does not serve (yet)"
+        return None, "no standby in this process"
+
+    def slot_of(self, task_id: TaskId) -> int | None:
+        for worker in list(self._workers()):
+            if worker.standbys is not None and task_id in worker.standbys.tasks:
+                return worker.slot
+        return None
+
+    def lags(self, task_id: TaskId) -> list[StoreLag]:
+        for worker in list(self._workers()):
+            if worker.standbys is not None and task_id in worker.standbys.tasks:
+                return worker.standbys.lags(task_id)
+        return []
+
+
+class StandbyQueries(LocalQueries):
+    """Queries over the standby tasks of this process: stale, committed changelog state.
+
+    A standby holds nothing but applied changelog records, so every isolation reads the same
+    bytes store (under the record cache and the transactional buffer, which stay empty).
+    """
+
+    source: WorkerStandbys
+
+    def read(
+        self, task_id: TaskId, info: StoreInfo, isolation: str, read: Callable[[Any], Any]
+    ) -> Any:
+        if info.changelog_topic is None:
+            raise StoreUnavailableError(
+                f"store {info.name!r} has no changelog, so no standby keeps a copy of it"
+            )
+        task, why = self.source.find(task_id)
+        if task is None:
+            raise StoreUnavailableError(f"task {task_id} of store {info.name!r} has {why}")
+        with task.query_lock:
+            if task.closed:
+                raise StoreUnavailableError(f"the standby of task {task_id} is closing")
+            return read_retrying(task.store_stacks[info.name].bottom, read)
+
+    @property
+    def answer_isolation(self) -> str:
+        """What a standby answer is: committed records only, under exactly-once."""
+        return COMMITTED if self.exactly_once else LATEST
+
+
 def _int_param(params: dict[str, str], name: str, default: int | None) -> int | None:
     text = params.get(name)
     if text is None or text == "":
@@ -88,13 +160,20 @@ class LocalQueryService:
         application_id: str,
         running: Callable[[], bool],
         stale_unavailable: str = "the local engine keeps no standby replicas",
+        standby_queries: Callable[[], StandbyQueries | None] | None = None,
     ) -> None:
         self._queries = queries
         self.application_id = application_id
         self._running = running
         self._stale_unavailable = stale_unavailable
+        self._standby_queries = standby_queries
 
-    def _ready(self) -> LocalQueries:
+    def _ready(self, standby: bool = False) -> LocalQueries:
+        if standby:
+            found = self._standby_queries() if self._standby_queries is not None else None
+            if found is None:
+                raise StoreUnavailableError("no standby replica is kept in this process")
+            return found
         queries = self._queries()
         if queries is None:
             raise StoreUnavailableError("the application is starting: ask again shortly")
@@ -125,24 +204,37 @@ class LocalQueryService:
     def execute(
         self, store: str, op: str, key: str | None, params: dict[str, str]
     ) -> dict[str, Any]:
-        queries = self._ready()
+        standby = _bool_param(params, "standby")
+        raw = _bool_param(params, "raw")
+        queries = self._ready(standby)
         info = queries.info(store)
         isolation = queries.isolation(params.get("isolation"))
         allow_stale = _bool_param(params, "allow_stale")
-        view = queries.store(store)
+        view = queries.store(store, raw=raw)
         if params.get("tasks"):
-            view.only_tasks = _task_list(params["tasks"])
+            view.only_tasks = task_list(params["tasks"])
         body: dict[str, Any] = {"store": store, "isolation": isolation, "stale": False}
+        read_tasks = view.tasks()
+        if op == "key":
+            assert key is not None
+            parsed = _parse_key(queries, store, key, raw)
+            if raw:
+                metadata = queries.metadata_for_key_bytes(store, parsed)
+            else:
+                metadata = queries.metadata_for_key(store, parsed)
+            read_tasks = [metadata.task]
+        if isinstance(queries, StandbyQueries):
+            # Taken before the read: the answer holds at least every record below the
+            # positions it reports.
+            body.update(self._staleness(queries, store, read_tasks))
         try:
             if op == "key":
-                assert key is not None
-                parsed = _parse_key(queries, store, key)
-                metadata = queries.metadata_for_key(store, parsed)
                 body.update(key=to_json_value(parsed), partition=metadata.partition,
-                            task=str(metadata.task), slot=metadata.active_slot)  # fmt: skip
+                            task=str(metadata.task), slot=metadata.active_slot,
+                            standby_slots=list(metadata.standby_slots))  # fmt: skip
                 body.update(self._key_query(view, parsed, params, isolation))
             elif op in ("range", "all"):
-                body.update(self._range(queries, view, store, op, params, isolation))
+                body.update(self._range(queries, view, store, op, params, isolation, raw))
             elif op == "windows":
                 if info.kind != WINDOW:
                     raise QueryError(f"store {store!r} is a {info.kind} store: /windows is for "
@@ -169,7 +261,21 @@ class LocalQueryService:
                     retry_after_s=error.retry_after_s,
                 ) from None
             raise
+        if isinstance(queries, StandbyQueries):
+            body.update(isolation=queries.answer_isolation, slot=None)
         return body
+
+    def _staleness(
+        self, queries: StandbyQueries, store: str, tasks: list[TaskId]
+    ) -> dict[str, Any]:
+        """What a standby's answer says of itself: stale, whose, and how far behind."""
+        source = queries.source
+        lags = [lag for task_id in tasks for lag in source.lags(task_id) if lag.store == store]
+        return {
+            "stale": True,
+            "standby_slot": source.slot_of(tasks[0]) if tasks else None,
+            "lag": lag_json(lags),
+        }
 
     def _key_query(
         self, view: Any, key: Any, params: dict[str, str], isolation: str
@@ -203,6 +309,7 @@ class LocalQueryService:
         op: str,
         params: dict[str, str],
         isolation: str,
+        raw: bool,
     ) -> dict[str, Any]:
         if not isinstance(view, KeyValueView):
             hint = " use /windows?from=&to=" if isinstance(view, WindowView) else ""
@@ -212,8 +319,8 @@ class LocalQueryService:
         lo = params.get("from")
         hi = params.get("to")
         entries = view.range(
-            None if op == "all" or lo is None else _parse_key(queries, store, lo),
-            None if op == "all" or hi is None else _parse_key(queries, store, hi),
+            None if op == "all" or lo is None else _parse_key(queries, store, lo, raw),
+            None if op == "all" or hi is None else _parse_key(queries, store, hi, raw),
             isolation=isolation,
         )
         return {
@@ -224,7 +331,7 @@ class LocalQueryService:
         }
 
 
-def _task_list(text: str) -> set[TaskId]:
+def task_list(text: str) -> set[TaskId]:
     tasks = set()
     for item in text.split(","):
         sub, _, partition = item.partition("_")
@@ -235,8 +342,27 @@ def _task_list(text: str) -> set[TaskId]:
     return tasks
 
 
-def _parse_key(queries: LocalQueries, store: str, text: str) -> Any:
+def _parse_key(queries: LocalQueries, store: str, text: str, raw: bool = False) -> Any:
+    if raw:
+        return raw_key(text)
     return parse_key(queries.info(store), text)
+
+
+def raw_key(text: str) -> bytes:
+    """A key given as URL-safe base64 of its serialized bytes (``raw=true`` queries)."""
+    try:
+        return base64.urlsafe_b64decode(text.encode())
+    except (binascii.Error, ValueError):
+        raise QueryError(f"raw key {text!r} is not URL-safe base64") from None
+
+
+def lag_json(lags: list[StoreLag]) -> dict[str, Any]:
+    """How far a standby answer is behind: in all, and per changelog partition read."""
+    known = [lag.offset_lag for lag in lags]
+    return {
+        "offset_lag": None if any(n is None for n in known) else sum(n or 0 for n in known),
+        "partitions": [lag.to_json() for lag in lags],
+    }
 
 
 def _window_row(key: Any, window: Any, value: Any) -> dict[str, Any]:

@@ -34,8 +34,9 @@ from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.restore import Restorer
-from fluvial.runtime.standby import StandbyTasks
+from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
+from fluvial.state.base import new_tuple
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -151,9 +152,14 @@ class Worker:
         self._paused.clear()
         if self.standby_task_ids:
             self.standbys = StandbyTasks(
-                self.topology, self.config, self.standby_task_ids, self.state_root, self.metrics
+                self.topology,
+                self.config,
+                self.standby_task_ids,
+                standby_root(self.state_root, self.slot),
+                self.metrics,
             )
             self.standbys.start(self._standby_needed())
+            self.refresh_standby_lag()
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
@@ -193,7 +199,10 @@ class Worker:
                                   global_stores=self.global_tables.stores)  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
-                state.open()
+                # A standby copy on this machine that is further along saves restoring. Only
+                # under exactly-once: an at-least-once standby may hold changelog writes past
+                # the committed offsets, which the restore below deliberately leaves out.
+                state.open(adopt=standby_copies(self.state_root, task_id) if self.eos else ())
                 tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
                 metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
                 # Restore up to the changelog offsets committed with the input offsets: under
@@ -285,6 +294,11 @@ class Worker:
                 self.commit(force=True)
                 self._purge_repartition_topics()
         finally:
+            # Standby copies first: whoever waits for this worker's task directories may take
+            # one over once it has them.
+            if self.standbys is not None:
+                self.standbys.close()
+                self.standbys = None
             # A dirty close discards cached writes: flushing them would hand uncommitted
             # results to processors and to a transaction that is being abandoned.
             for task in self.tasks.values():
@@ -293,9 +307,6 @@ class Worker:
                 state.close(clean=clean)
             self.tasks.clear()
             self.task_states.clear()
-            if self.standbys is not None:
-                self.standbys.close()
-                self.standbys = None
             if self.global_tables is not None:
                 self.global_tables.close()
                 self.global_tables = None
@@ -364,8 +375,8 @@ class Worker:
                 if tp not in self._task_by_tp:
                     continue
                 batch = batches[tp] = []
-            batch.append(ConsumedRecord(msg.key(), msg.value(), msg.timestamp()[1], msg.offset(),
-                                        msg.headers() or ()))  # fmt: skip
+            batch.append(new_tuple(ConsumedRecord, (msg.key(), msg.value(), msg.timestamp()[1],
+                                                    msg.offset(), msg.headers() or ())))  # fmt: skip
         for (topic, partition), batch in batches.items():
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
@@ -428,6 +439,8 @@ class Worker:
         assert self._producer is not None and self._consumer is not None
         assert self._collector is not None
         if not self._dirty and not force:
+            if self.standbys is not None:
+                self.standbys.checkpoint()  # they move on while the active tasks are idle
             self._last_commit = time.monotonic()
             return
         started = time.monotonic()
@@ -604,8 +617,25 @@ class Worker:
                 lag += max(0, high - position)
         self.metrics.lag = lag
         self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
+        self.refresh_standby_lag()
         if self.on_progress is not None:
             self.on_progress(self.metrics)
+
+    def refresh_standby_lag(self, *, fresh: bool = False) -> None:
+        """Record how many changelog records the standby stores have not applied yet.
+
+        By default against the changelogs' ends seen in the standby consumer's last fetches
+        (which count the records of transactions still open too, and cost no round trip);
+        ``fresh`` asks the broker for their last stable offsets instead.
+        """
+        if self.standbys is None:
+            return
+        per_task: dict[str, dict[str, int]] = {}
+        for lag in self.standbys.lags(fresh=fresh):
+            if lag.offset_lag is not None:
+                per_task.setdefault(str(lag.task), {})[lag.store] = lag.offset_lag
+        self.metrics.standby_lags = per_task
+        self.metrics.standby_lag = sum(n for stores in per_task.values() for n in stores.values())
 
 
 # Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.

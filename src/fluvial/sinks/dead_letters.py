@@ -1,11 +1,18 @@
-"""The dead-letter topic: records a sink could not write, set aside with the reason."""
+"""The dead-letter topic: records a sink could not write, set aside with the reason.
+
+Every dead letter carries the reason in the header ``fluvial.sink.error``. A dead letter of the
+process sink (:mod:`fluvial.sinks.postgres`) is the record itself (its key, value and
+timestamp) with headers naming where it came from; one of the Spark writer
+(:mod:`fluvial.spark.postgres`) is the row as a JSON object, with headers naming the sink and
+the micro-batch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from fluvial.errors import ConfigError, FluvialError
 from fluvial.sinks.store import Item
@@ -13,6 +20,48 @@ from fluvial.sinks.store import Item
 #: Headers added to every dead letter, besides the record's own.
 ERROR_HEADER = "fluvial.sink.error"
 SOURCE_HEADERS = ("fluvial.source.topic", "fluvial.source.partition", "fluvial.source.offset")
+#: Headers of the Spark writer's dead letters: its ``sink_id`` and the micro-batch's id.
+SPARK_HEADERS = ("fluvial.spark.sink", "fluvial.spark.batch")
+
+
+def check_dead_letter_topic(client: Any, topic: str, bootstrap_servers: str) -> None:
+    """Raise :class:`ConfigError` unless ``topic`` exists (``client``: a producer or admin)."""
+    try:
+        metadata = client.list_topics(timeout=30)
+    except KafkaException as exc:
+        raise ConfigError(
+            f"cannot reach Kafka at {bootstrap_servers} to check the dead-letter topic "
+            f"{topic!r}: {exc.args[0].str()}"
+        ) from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise ConfigError(
+            f"dead-letter topic {topic!r} does not exist: create it first (fluvial never "
+            "creates a user topic)"
+        )
+
+
+def produce_all(
+    producer: Producer, topic: str, messages: list[dict[str, Any]]
+) -> KafkaError | str | None:
+    """Produce ``messages`` (``produce`` keyword arguments) and flush; the first failure, if any."""
+    failures: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+
+    for message in messages:
+        while True:
+            try:
+                producer.produce(topic, on_delivery=delivered, **message)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+    remaining = producer.flush(60)
+    if failures:
+        return failures[0]
+    return f"{remaining} not acknowledged within 60 s" if remaining else None
 
 
 class DeadLetters:
@@ -33,21 +82,10 @@ class DeadLetters:
                 "acks": "all",
             }
         )
-        metadata = self.producer.list_topics(timeout=30)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise ConfigError(
-                f"dead-letter topic {topic!r} does not exist: create it first (fluvial never "
-                "creates a user topic)"
-            )
+        check_dead_letter_topic(self.producer, topic, bootstrap_servers)
 
     def send(self, items: list[Item]) -> None:
-        failures: list[KafkaError] = []
-
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                failures.append(err)
-
+        messages = []
         for item in items:
             headers = list(item.headers or [])
             headers += [
@@ -56,21 +94,15 @@ class DeadLetters:
                 (SOURCE_HEADERS[1], str(item.partition).encode()),
                 (SOURCE_HEADERS[2], str(item.offset).encode()),
             ]
-            kwargs: dict[str, Any] = {"key": item.key, "value": item.value, "headers": headers}
+            message: dict[str, Any] = {"key": item.key, "value": item.value, "headers": headers}
             if item.timestamp_ms is not None:
-                kwargs["timestamp"] = item.timestamp_ms
-            while True:
-                try:
-                    self.producer.produce(self.topic, on_delivery=delivered, **kwargs)
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
-        remaining = self.producer.flush(60)
-        if failures or remaining:
-            reason = failures[0] if failures else f"{remaining} not acknowledged within 60 s"
+                message["timestamp"] = item.timestamp_ms
+            messages.append(message)
+        failure = produce_all(self.producer, self.topic, messages)
+        if failure is not None:
             raise FluvialError(
                 f"sink {self.sink_id!r}: could not write to the dead-letter topic {self.topic!r} "
-                f"({reason}); the batch is rolled back and nothing of it is committed"
+                f"({failure}); the batch is rolled back and nothing of it is committed"
             )
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ Every batch is one transaction, in this order:
    partitions between this check and the commit: either it waits for us, or we see its epoch.
 2. Write the rows (``COPY``; for tables, ``COPY`` into a staging table and merge from there).
    A row PostgreSQL rejects is found by bisection under savepoints; the others are written.
+   Deferred constraints are made immediate for this, so that they too are found by row.
 3. Hand bad rows to the sink (dead-letter topic, or stop, which rolls everything back).
 4. Move the offsets forward. The commit makes rows and offsets visible together.
 
@@ -22,7 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -33,6 +34,7 @@ from fluvial.sinks.columns import Column
 log = logging.getLogger("fluvial.sinks")
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 class SinkFencedError(FluvialError):
@@ -352,6 +354,9 @@ class SinkStore:
         topics, numbers = _columns(owned)
         outcome = BatchOutcome(bad=list(bad))
         with conn.transaction():
+            # Deferred constraints are checked at each statement, so that a violation is found
+            # with its row (and set aside) rather than failing the COMMIT.
+            conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
             rows = self._lock(conn, topics, numbers)
             found = {(r[0], r[1]): (r[2], r[3]) for r in rows}
             for tp in owned:
@@ -405,21 +410,16 @@ class SinkStore:
 
     def _bisect(self, items: list[Item], outcome: BatchOutcome) -> list[Item]:
         """Write ``items``; return those PostgreSQL rejects, each with its error."""
-        if not items:
-            return []
-        conn = self._require()
-        try:
-            with conn.transaction():
-                written, deleted = self._write_rows(items)
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            if len(items) == 1:
-                items[0].error = f"rejected by PostgreSQL: {_first_line(exc)}"
-                return [items[0]]
-            middle = len(items) // 2
-            return self._bisect(items[:middle], outcome) + self._bisect(items[middle:], outcome)
-        outcome.rows_written += written
-        outcome.rows_deleted += deleted
-        return []
+
+        def write(chunk: Sequence[Item]) -> None:
+            written, deleted = self._write_rows(list(chunk))
+            outcome.rows_written += written
+            outcome.rows_deleted += deleted
+
+        rejected = write_or_bisect(self._require(), items, write)
+        for item, exc in rejected:
+            item.error = rejection(exc)
+        return [item for item, _exc in rejected]
 
     def _write_rows(self, items: list[Item]) -> tuple[int, int]:
         conn = self._require()
@@ -472,6 +472,41 @@ class _Retry(Exception):
     def __init__(self, items: list[Item]) -> None:
         super().__init__()
         self.items = items
+
+
+def write_or_bisect(
+    conn: psycopg.Connection[Any],
+    items: Sequence[T],
+    write: Callable[[Sequence[T]], None],
+) -> list[tuple[T, psycopg.Error]]:
+    """``write(items)`` under a savepoint; where PostgreSQL rejects it, the two halves, and so
+    on down to the single rows it rejects. Returns those rows with PostgreSQL's error; every
+    other row is written. A batch without bad rows costs one statement, and ``k`` bad rows
+    among ``n`` about ``2 k log2(n)``.
+
+    Only a row's own fault counts (a value that does not fit its type, a constraint): other
+    errors propagate and fail the batch.
+    """
+    if not items:
+        return []
+    try:
+        with conn.transaction():
+            write(items)
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        if len(items) == 1:
+            return [(items[0], exc)]
+        middle = len(items) // 2
+        return write_or_bisect(conn, items[:middle], write) + write_or_bisect(
+            conn, items[middle:], write
+        )
+    return []
+
+
+def rejection(exc: BaseException, column: str | None = None) -> str:
+    """The reason a dead letter carries for a row PostgreSQL refused (because of ``column``,
+    when known)."""
+    where = f"column {column!r}: " if column else ""
+    return f"rejected by PostgreSQL: {where}{_first_line(exc)}"
 
 
 def _last_per_key(items: Iterable[Item]) -> list[Item]:

@@ -32,6 +32,7 @@ from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.engine import (
     assign_slots,
+    assign_standbys,
     check_commit_metadata,
     fence_stale_slots,
     plan_tasks,
@@ -46,7 +47,10 @@ if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
     from pyspark.sql import SparkSession
 
+    from fluvial.runtime.queries import KeyQueryMetadata, StoreView
     from fluvial.spark.pack import Packed
+    from fluvial.spark.queries import RoutingQueryService
+    from fluvial.spark.views import DriverViews
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,8 @@ class SparkApplication:
         self.run_id = uuid.uuid4().hex[:12]
         self.leases = 0
         self.layout: dict[int, list[TaskId]] = {}
+        #: Standby tasks per slot (``num_standby_replicas``), never on a task's active slot.
+        self.standby_layout: dict[int, list[TaskId]] = {}
         self.generation = 0
         self._spark = spark
         self._owns_spark = spark is None
@@ -148,6 +154,8 @@ class SparkApplication:
         self._failed_in_a_row = 0
         self._thread: threading.Thread | None = None
         self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
+        self._router: RoutingQueryService | None = None
+        self._views: DriverViews | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -166,11 +174,6 @@ class SparkApplication:
         check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
-        if self.config.num_standby_replicas:
-            log.warning("num_standby_replicas=%d has no effect with the Spark engine yet: a task "
-                        "that moves restores its stores from their changelogs (from its local "
-                        "checkpoint when it lands where it ran before)",
-                        self.config.num_standby_replicas)  # fmt: skip
         if self._spark is None:
             from fluvial.spark.session import local_spark_session
 
@@ -236,6 +239,9 @@ class SparkApplication:
         if self._held_env is not None:
             self._held_env.close()
             self._held_env = None
+        if self._views is not None:
+            self._views.close()
+            self._views = None
 
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""
@@ -277,6 +283,12 @@ class SparkApplication:
             log.warning("slots: %d -> %d (cluster cores changed)", len(self.layout), slots)
             fence_stale_slots(self.config, 0)
         self.layout = assign_slots(self.task_ids, slots)
+        replicas = self.config.num_standby_replicas
+        if replicas and replicas > slots - 1:
+            log.warning("num_standby_replicas=%d, but %d slot(s) keep at most %d standby(s) of a "
+                        "task: a standby never runs on its task's own slot",
+                        replicas, slots, slots - 1)  # fmt: skip
+        self.standby_layout = assign_standbys(self.layout, replicas)
         self.generation += 1
         self._expected = {}
         if self._rdd is not None:
@@ -299,6 +311,7 @@ class SparkApplication:
             slots=self.layout,
             expected=dict(self._expected),
             final=final,
+            standbys=self.standby_layout,
         )
         self.sc.setJobGroup(
             self.job_group,
@@ -352,8 +365,8 @@ class SparkApplication:
     def _record(self, result: LeaseResult) -> None:
         metrics = self._slot_metrics.setdefault(result.slot, WorkerMetrics(result.slot))
         for name, value in result.metrics.items():
-            if name in ("lag",):
-                metrics.lag = int(value)
+            if name in ("lag", "standby_lag"):
+                setattr(metrics, name, int(value))
             elif name == "commit_latency_max_s":
                 metrics.commit_latency_max_s = max(metrics.commit_latency_max_s, value)
             elif name == "commit_latency_total_s":
@@ -361,6 +374,7 @@ class SparkApplication:
             else:
                 setattr(metrics, name, getattr(metrics, name) + int(value))
         metrics.task_metrics = result.task_metrics
+        metrics.standby_lags = result.standby_lags
 
     def _log_lease(self, results: list[LeaseResult], seconds: float) -> None:
         self._append_log(
@@ -403,6 +417,40 @@ class SparkApplication:
 
     def prometheus_metrics(self) -> str:
         return prometheus_text(self.config.application_id, self.metrics())
+
+    # -- interactive queries (routed to the slots: fluvial.spark.queries) -------------------
+
+    @property
+    def router(self) -> RoutingQueryService:
+        """The driver's query router, which ``--serve`` and :meth:`store` both use."""
+        if self._router is None:
+            from fluvial.spark.queries import RoutingQueryService
+
+            self._router = RoutingQueryService(
+                self.topology, self.config.application_id,
+                task_ids=lambda: self.task_ids, layout=lambda: self.layout,
+                reported=lambda: self.query_endpoints, standbys=lambda: self.standby_layout,
+                slots_dir=Path(self.config.state_dir) / self.config.application_id / ".slots",
+                exactly_once=self.config.exactly_once,
+                running=lambda: not self.stop_event.is_set(),
+            )  # fmt: skip
+        return self._router
+
+    def store(self, name: str, *, isolation: str | None = None) -> StoreView:
+        """A read-only view of a running store, as the local engine's ``Application.store``:
+        each read is routed to the executor that holds the key's task."""
+        return self._driver_views().store(name, isolation=isolation)
+
+    def query_metadata_for_key(self, store: str, key: object) -> KeyQueryMetadata:
+        """Which partition, task and slot own ``key`` of ``store``, and where its standbys are."""
+        return self._driver_views().metadata_for_key(store, key)
+
+    def _driver_views(self) -> DriverViews:
+        if self._views is None:
+            from fluvial.spark.views import DriverViews
+
+            self._views = DriverViews(self.router, lambda: self.task_ids)
+        return self._views
 
 
 def _changelog_gap(text: str) -> str | None:

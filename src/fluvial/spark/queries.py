@@ -12,13 +12,19 @@ free port. It registers that endpoint two ways:
 The driver's ``--serve`` endpoint computes a key's partition, task and slot as the local engine
 does and forwards the query to the slot's endpoint. A slot that moved (another process, another
 executor) answers "not running here" from its old endpoint, or nothing at all; the router then
-rereads the registration and tries once more, and otherwise answers 503 with ``Retry-After``.
-Scans (ranges, every window) go to every slot, each answering for its own tasks, and are merged.
+rereads the registration and tries again for a while, and otherwise answers 503 with
+``Retry-After``. Scans (ranges, every window) go to every slot, each answering for its own
+tasks, and are merged.
+
+With ``allow_stale=true``, a task whose active slot does not answer is asked of the slots that
+keep a standby replica of it (``num_standby_replicas``): their answer says it is stale and how
+far each changelog partition read is behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import heapq
 import os
 import threading
@@ -26,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -34,8 +41,10 @@ from fluvial.runtime.queries import (
     COMMITTED,
     LATEST,
     Decoder,
+    KeyQueryMetadata,
     LocalQueries,
     QueryError,
+    StoreInfo,
     StoreUnavailableError,
     UnknownStoreError,
     default_partition,
@@ -43,7 +52,14 @@ from fluvial.runtime.queries import (
     store_infos,
 )
 from fluvial.runtime.server import TOKEN_ENV, HttpServer, QueryMetrics, make_app
-from fluvial.runtime.serving import LocalQueryService, WorkerTasks
+from fluvial.runtime.serving import (
+    LocalQueryService,
+    StandbyQueries,
+    WorkerStandbys,
+    WorkerTasks,
+    raw_key,
+    task_list,
+)
 from fluvial.runtime.worker import Worker
 from fluvial.topology.topology import Topology
 
@@ -51,6 +67,9 @@ EXECUTOR_HOST_ENV = "FLUVIAL_EXECUTOR_QUERY_HOST"
 FORWARD_TIMEOUT_S = 10.0
 #: How long the router follows a moving slot before it answers 503.
 MOVE_BUDGET_S = 3.0
+#: With ``allow_stale``, how long the active slot may take before its standbys are asked:
+#: a slot whose process hangs must not hold up the stale answer for the whole forward timeout.
+STALE_ACTIVE_TIMEOUT_S = 2.0
 
 
 # -- the executor side ------------------------------------------------------------------------
@@ -68,18 +87,30 @@ class SlotEndpoint:
         *,
         exactly_once: bool,
     ) -> None:
-        self.task_ids = list(task_ids)
-        self.queries = LocalQueries(topology, application_id, task_ids, WorkerTasks(workers),
-                                    exactly_once=exactly_once)  # fmt: skip
+        self._topology = topology
+        self._application_id = application_id
+        self._workers = workers
+        self._exactly_once = exactly_once
+        self.use_tasks(task_ids)
         service = LocalQueryService(
             lambda: self.queries, application_id=application_id, running=lambda: True,
-            stale_unavailable="no standby of it serves queries",
+            stale_unavailable="the driver asks standbys for stale answers",
+            standby_queries=lambda: self.standby_queries,
         )  # fmt: skip
         app, _ = make_app(service, token=os.environ.get(TOKEN_ENV) or None)
         host = os.environ.get(EXECUTOR_HOST_ENV, "127.0.0.1")
         self.server = HttpServer(app, host, 0, name="fluvial-slot-queries")
         self.server.start()
         self.address = f"{host}:{self.server.port}"
+
+    def use_tasks(self, task_ids: list[TaskId]) -> None:
+        """Serve the stores of these tasks (every task of the application's current layout)."""
+        self.task_ids = list(task_ids)
+        args = (self._topology, self._application_id, self.task_ids)
+        self.queries = LocalQueries(*args, WorkerTasks(self._workers),
+                                    exactly_once=self._exactly_once)  # fmt: skip
+        self.standby_queries = StandbyQueries(*args, WorkerStandbys(self._workers),
+                                              exactly_once=self._exactly_once)  # fmt: skip
 
     def register(self, slots_dir: Path, slot: int) -> None:
         """Tell a driver on this machine where the slot answers now."""
@@ -109,18 +140,23 @@ def slot_endpoint(
                                     exactly_once=exactly_once)  # fmt: skip
             _endpoints[application_id] = endpoint
         elif sorted(endpoint.task_ids) != sorted(task_ids):
-            endpoint.task_ids = list(task_ids)
-            endpoint.queries = LocalQueries(topology, application_id, task_ids,
-                                            WorkerTasks(workers),
-                                            exactly_once=exactly_once)  # fmt: skip
+            endpoint.use_tasks(task_ids)
         return endpoint
 
 
 # -- the driver side --------------------------------------------------------------------------
 
 
+def _flag(params: dict[str, str], name: str) -> bool:
+    return params.get(name, "").lower() in ("1", "true", "yes")
+
+
 class RoutingQueryService:
-    """The driver's query service: forwards each query to the slot that owns the key."""
+    """The driver's query service: forwards each query to the slot that owns the key.
+
+    The ``--serve`` endpoint calls :meth:`execute` from its event loop; the driver's Python
+    views (:mod:`fluvial.spark.views`) call it from a loop of their own.
+    """
 
     def __init__(
         self,
@@ -133,27 +169,38 @@ class RoutingQueryService:
         slots_dir: Path,
         exactly_once: bool,
         running: Callable[[], bool],
+        standbys: Callable[[], dict[int, list[TaskId]]] = dict,
     ) -> None:
         self.topology = topology
         self.application_id = application_id
         self._task_ids = task_ids
         self._layout = layout
         self._reported = reported
+        self._standbys = standbys
         self._slots_dir = slots_dir
         self.exactly_once = exactly_once
         self._running = running
         self.metrics: QueryMetrics | None = None
         self._token = os.environ.get(TOKEN_ENV) or None
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        # One pooled client per event loop: the HTTP server's, and the Python views'.
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._clients_lock = threading.Lock()
 
     # -- where things are -------------------------------------------------------------------
 
-    def _infos(self) -> dict[str, Any]:
+    def infos(self) -> dict[str, StoreInfo]:
         task_ids = self._task_ids()
         if not task_ids:
             raise StoreUnavailableError("the application is starting: ask again shortly")
         return store_infos(self.topology, self.application_id, task_ids)
+
+    def info(self, store: str) -> StoreInfo:
+        infos = self.infos()
+        info = infos.get(store)
+        if info is None:
+            known = ", ".join(sorted(infos)) or "none"
+            raise UnknownStoreError(f"no store named {store!r}; this application has: {known}")
+        return info
 
     def endpoint(self, slot: int) -> str | None:
         """Where a slot answers: its registration file if this machine sees it, else the
@@ -173,10 +220,30 @@ class RoutingQueryService:
                 return slot
         return None
 
+    def standby_slots(self, task_id: TaskId) -> tuple[int, ...]:
+        """The slots that keep a standby replica of ``task_id``."""
+        return tuple(slot for slot, tasks in sorted(self._standbys().items()) if task_id in tasks)
+
+    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """Which partition, task and slot own ``key`` of ``store``, and where its standbys are."""
+        info = self.info(store)
+        data = Decoder(info).key_bytes(key)
+        return self._metadata(info, data)
+
+    def _metadata(self, info: StoreInfo, data: bytes) -> KeyQueryMetadata:
+        task_id = TaskId(info.subtopology, default_partition(data, info.partitions))
+        active = self.slot_of(task_id)
+        standbys = self.standby_slots(task_id)
+        return KeyQueryMetadata(
+            info.name, task_id.partition, task_id, active, standbys,
+            active_endpoint=None if active is None else self.endpoint(active),
+            standby_endpoints=tuple(e for s in standbys if (e := self.endpoint(s)) is not None),
+        )  # fmt: skip
+
     # -- the service ------------------------------------------------------------------------
 
     def stores(self) -> list[dict[str, Any]]:
-        infos = self._infos()
+        infos = self.infos()
         return [infos[name].to_json() for name in sorted(infos)]
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -187,6 +254,11 @@ class RoutingQueryService:
             "status": "running" if running else "stopped",
             "engine": "spark",
             "slots": {str(slot): self.endpoint(slot) for slot in sorted(layout)},
+            "standbys": {
+                str(slot): [str(t) for t in tasks]
+                for slot, tasks in sorted(self._standbys().items())
+                if tasks
+            },
             "default_isolation": COMMITTED if self.exactly_once else LATEST,
         }
         return running, body
@@ -194,42 +266,65 @@ class RoutingQueryService:
     async def execute(
         self, store: str, op: str, key: str | None, params: dict[str, str]
     ) -> dict[str, Any]:
-        infos = self._infos()
-        info = infos.get(store)
-        if info is None:
-            known = ", ".join(sorted(infos)) or "none"
-            raise UnknownStoreError(f"no store named {store!r}; this application has: {known}")
+        info = self.info(store)
+        allow_stale = _flag(params, "allow_stale")
+        # The slots answer for their own active (or standby) tasks; staleness is decided here.
+        forwarded = {k: v for k, v in params.items() if k != "allow_stale"}
         if op == "key":
             assert key is not None
-            data = Decoder(info).key_bytes(parse_key(info, key))
-            task_id = TaskId(info.subtopology, default_partition(data, info.partitions))
-            slot = self.slot_of(task_id)
-            if slot is None:
-                raise StoreUnavailableError(f"task {task_id} has no slot yet: ask again shortly")
-            return await self._forward(slot, f"/stores/{store}/keys/{key}", params)
+            if _flag(params, "raw"):
+                data = raw_key(key)
+            else:
+                data = Decoder(info).key_bytes(parse_key(info, key))
+            metadata = self._metadata(info, data)
+            if metadata.active_slot is None:
+                raise StoreUnavailableError(f"task {metadata.task} has no slot yet: ask again "
+                                            "shortly")  # fmt: skip
+            path = f"/stores/{quote(store, safe='')}/keys/{quote(key, safe='')}"
+            [body] = await self._route(metadata.active_slot, [metadata.task], path, forwarded,
+                                       allow_stale)  # fmt: skip
+            body["slot"] = metadata.active_slot
+            body["standby_slots"] = list(metadata.standby_slots)
+            return body
         layout = self._layout()
+        asked = task_list(params["tasks"]) if params.get("tasks") else None
         parts = []
         for slot in sorted(layout):
-            mine = [t for t in layout[slot] if t.subtopology == info.subtopology]
-            if not mine:
-                continue
-            scoped = {**params, "tasks": ",".join(str(t) for t in mine)}
-            parts.append(self._forward(slot, f"/stores/{store}/{op}", scoped))
-        answers = await asyncio.gather(*parts)
-        return self._merge(info, op, answers)
+            mine = [
+                t
+                for t in layout[slot]
+                if t.subtopology == info.subtopology and (asked is None or t in asked)
+            ]
+            if mine:
+                path = f"/stores/{quote(store, safe='')}/{op}"
+                parts.append(self._route(slot, mine, path, forwarded, allow_stale))
+        answers = [answer for found in await asyncio.gather(*parts) for answer in found]
+        return self._merge(info, op, answers, raw=_flag(params, "raw"))
 
-    def _merge(self, info: Any, op: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
+    def _merge(
+        self, info: StoreInfo, op: str, answers: list[dict[str, Any]], *, raw: bool
+    ) -> dict[str, Any]:
         decoder = Decoder(info)
 
         def key_bytes(value: Any) -> bytes:
+            if raw:
+                return base64.b64decode(value)
             try:
                 return decoder.key_bytes(value)
             except QueryError:
                 return str(value).encode()
 
-        body: dict[str, Any] = {"store": info.name, "stale": False}
+        stale = [a for a in answers if a.get("stale")]
+        body: dict[str, Any] = {"store": info.name, "stale": bool(stale)}
         if answers:
             body["isolation"] = answers[0].get("isolation")
+        if stale:
+            partitions = [p for a in stale for p in a["lag"]["partitions"]]
+            known = [a["lag"]["offset_lag"] for a in stale]
+            body["lag"] = {
+                "offset_lag": None if None in known else sum(known),
+                "partitions": partitions,
+            }
         body["truncated"] = any(a.get("truncated") for a in answers)
         if op == "count":
             body["approximate_num_entries"] = sum(a["approximate_num_entries"] for a in answers)
@@ -244,46 +339,105 @@ class RoutingQueryService:
             ))  # fmt: skip
         return body
 
-    async def _forward(self, slot: int, path: str, params: dict[str, str]) -> dict[str, Any]:
-        """Ask the slot's endpoint. A slot that is moving (between processes, most leases on
-        a small cluster) is asked again, following its registration, for a short while."""
+    async def _route(
+        self,
+        slot: int,
+        tasks: list[TaskId],
+        path: str,
+        params: dict[str, str],
+        allow_stale: bool,
+    ) -> list[dict[str, Any]]:
+        """The answer of ``slot`` for ``tasks``, following the slot while it moves.
+
+        With ``allow_stale``, every round that the active slot does not answer also asks the
+        tasks' standbys, and their answers (one per task) are returned instead.
+        """
+        scoped = {**params, "tasks": ",".join(str(t) for t in tasks)}
         deadline = time.monotonic() + MOVE_BUDGET_S
-        last_error = ""
         attempt = 0
+        why_not = ""
         while True:
-            address = self.endpoint(slot)
-            if address is None:
-                last_error = f"slot {slot} has not registered its query endpoint yet"
-            else:
-                try:
-                    response = await self._http().get(f"http://{address}{path}", params=params)
-                except httpx.HTTPError as error:
-                    last_error = f"slot {slot} at {address} did not answer ({type(error).__name__})"
-                else:
-                    if self.metrics is not None:
-                        self.metrics.routed.labels(str(slot)).inc()
-                    body: dict[str, Any] = response.json()
-                    if response.status_code == 200:
-                        return body
-                    message = str(body.get("error", response.text))
-                    if response.status_code == 404:
-                        raise UnknownStoreError(message)
-                    if response.status_code != 503:
-                        raise QueryError(message)
-                    last_error = message
+            try:
+                timeout = STALE_ACTIVE_TIMEOUT_S if allow_stale else FORWARD_TIMEOUT_S
+                return [await self._ask(slot, path, scoped, timeout_s=timeout)]
+            except StoreUnavailableError as error:
+                active_error = str(error)
+            if allow_stale:
+                stale, why_not = await self._ask_standbys(tasks, path, params)
+                if stale is not None:
+                    return stale
             attempt += 1
             if time.monotonic() >= deadline:
-                raise StoreUnavailableError(f"{last_error}; the slot is restoring or moving")
+                message = f"{active_error}; the slot is restoring or moving"
+                if allow_stale:
+                    message += f"; no stale answer either: {why_not}"
+                raise StoreUnavailableError(message)
             await asyncio.sleep(min(0.2, 0.02 * attempt))
 
+    async def _ask_standbys(
+        self, tasks: list[TaskId], path: str, params: dict[str, str]
+    ) -> tuple[list[dict[str, Any]] | None, str]:
+        """One standby answer per task, or ``None`` and why not."""
+        answers = []
+        for task_id in tasks:
+            slots = [s for s in self.standby_slots(task_id) if s != self.slot_of(task_id)]
+            if not slots:
+                return None, (f"task {task_id} has no standby replica (set "
+                              "num_standby_replicas, with at least two slots)")  # fmt: skip
+            reasons = []
+            for standby_slot in slots:
+                asked = {**params, "standby": "true", "tasks": str(task_id)}
+                try:
+                    answers.append(await self._ask(standby_slot, path, asked))
+                    break
+                except StoreUnavailableError as error:
+                    reasons.append(f"standby in slot {standby_slot}: {error}")
+            else:
+                return None, "; ".join(reasons)
+        return answers, ""
+
+    async def _ask(
+        self, slot: int, path: str, params: dict[str, str], *, timeout_s: float = FORWARD_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """One request to a slot's endpoint; a slot that is not there (yet) is unavailable."""
+        address = self.endpoint(slot)
+        if address is None:
+            raise StoreUnavailableError(f"slot {slot} has not registered its query endpoint yet")
+        try:
+            response = await self._http().get(
+                f"http://{address}{path}", params=params, timeout=timeout_s
+            )
+        except httpx.HTTPError as error:
+            raise StoreUnavailableError(
+                f"slot {slot} at {address} did not answer ({type(error).__name__})"
+            ) from None
+        if self.metrics is not None:
+            self.metrics.routed.labels(str(slot)).inc()
+        body: dict[str, Any] = response.json()
+        if response.status_code == 200:
+            return body
+        message = str(body.get("error", response.text))
+        if response.status_code == 404:
+            raise UnknownStoreError(message)
+        if response.status_code == 503:
+            raise StoreUnavailableError(message)
+        raise QueryError(message)
+
     def _http(self) -> httpx.AsyncClient:
-        # One pooled client per event loop (the server runs one loop for its lifetime).
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-            self._client = httpx.AsyncClient(
-                timeout=FORWARD_TIMEOUT_S, headers=headers,
-                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-            )  # fmt: skip
-            self._client_loop = loop
-        return self._client
+        with self._clients_lock:
+            client = self._clients.get(loop)
+            if client is None:
+                headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+                client = self._clients[loop] = httpx.AsyncClient(
+                    timeout=FORWARD_TIMEOUT_S, headers=headers,
+                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+                )  # fmt: skip
+            return client
+
+    async def aclose(self) -> None:
+        """Close the pooled connections of the running event loop."""
+        with self._clients_lock:
+            client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()

@@ -74,17 +74,7 @@ def run_spark_application(
     stopper.install()
     # Serve before Spark starts: queries meanwhile get 503 with Retry-After.
     endpoints = Endpoints()
-    router = None
-    if serve:
-        from fluvial.spark.queries import RoutingQueryService
-
-        router = RoutingQueryService(
-            app.topology, config.application_id,
-            task_ids=lambda: app.task_ids, layout=lambda: app.layout,
-            reported=lambda: app.query_endpoints,
-            slots_dir=Path(config.state_dir) / config.application_id / ".slots",
-            exactly_once=config.exactly_once, running=lambda: not app.stop_event.is_set(),
-        )  # fmt: skip
+    router = app.router if serve else None
     endpoints.start(app, router, serve=serve, prometheus_port=prometheus_port)
     if router is not None:
         router.metrics = endpoints.query_metrics

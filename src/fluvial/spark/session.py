@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from fluvial.jvm import java_executable, resolve_jars
@@ -35,6 +36,10 @@ def local_spark_session(
     java = java_executable()  # fail early, with the fix, if Java 17+ is missing
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("JAVA_HOME", os.path.dirname(os.path.dirname(os.path.realpath(java))))
+    if master.startswith("local"):
+        # Python workers must import what the driver imports: run them with this interpreter
+        # (its virtualenv), not whatever "python3" comes first on the PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = ",".join(str(j) for j in resolve_jars("spark-kafka.xml"))
     builder = (
         SparkSession.builder.master(master)

@@ -11,7 +11,12 @@ of one executor. Its task directories are locked by the process holding its Work
 newcomer asks for them: it drops a *want* file per task, and a janitor thread in every process
 closes an idle Worker whose tasks are wanted elsewhere. The newcomer fences the slot's
 transactional id first, so a holder that is still busy (a zombie) fails its next commit
-and lets go as well.
+and lets go as well. A slot's standby copies (``num_standby_replicas``) move the same way.
+
+After a layout change the driver's new generation is written to ``.slots/generation``; the
+janitors close idle Workers of older generations at once, so the task directories and standby
+copies they hold are free for the new layout (a task that lands next to a standby copy
+takes it over).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from fluvial.errors import StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
+from fluvial.runtime.standby import copies_worth_taking, standby_root
 from fluvial.runtime.worker import Worker, transactional_id
 from fluvial.topology.topology import Topology
 
@@ -47,6 +53,8 @@ log = logging.getLogger(__name__)
 # Spark worker on a shared machine, a local disk on a cluster node).
 EXECUTOR_STATE_DIR_ENV = "FLUVIAL_EXECUTOR_STATE_DIR"
 HANDOFF_TIMEOUT_S = 120.0
+# How long a starting slot waits for a live standby to hand over a copy worth taking.
+STANDBY_HANDOFF_TIMEOUT_S = 10.0
 JANITOR_INTERVAL_S = 0.1
 
 _COUNTERS = (
@@ -58,8 +66,9 @@ _COUNTERS = (
     "dropped_records",
     "restore_total",
     "restored",
+    "standby_applied",
 )
-_GAUGES = ("lag", "commit_latency_max_s")
+_GAUGES = ("lag", "commit_latency_max_s", "standby_lag")
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,8 @@ class LeasePlan:
     # reused, since any other may have been fenced or overtaken in between.
     expected: dict[int, str]
     final: bool = False
+    # Standby tasks per slot (never a slot's own active tasks): kept warm between leases.
+    standbys: dict[int, list[TaskId]] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,6 +132,8 @@ class LeaseResult:
     query_endpoint: str | None = None
     # The Python that ran the slot: the packed environment's on a cluster (fluvial pack).
     python: str = ""
+    # Changelog records the slot's standby stores had not applied at the end: task -> store.
+    standby_lags: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,7 +144,8 @@ class _Entry:
     worker: Worker
     incarnation: str
     slots_dir: Path
-    task_ids: list[TaskId]
+    # The task directories and standby copies it holds locked.
+    dirs: list[Path]
     busy: bool = True
 
 
@@ -174,6 +188,8 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             worker.close(clean=True)
         else:
             worker.commit()
+            # The ends seen in fetches: no broker round trip on the lease's path.
+            worker.refresh_standby_lag(fresh=False)
     except BaseException:
         _discard(entry, clean=False)
         raise
@@ -193,6 +209,7 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
         metrics=metrics,
         task_metrics=dict(worker.metrics.task_metrics),
         query_endpoint=query_endpoint,
+        standby_lags=dict(worker.metrics.standby_lags),
     )
     with _entries_lock:
         if plan.final:
@@ -261,23 +278,34 @@ def _take(
         _close(other.worker, clean=False)
     topology = _topology(source)
     task_ids = list(plan.slots[slot])
-    slots_dir = Path(config.state_dir) / app_id / ".slots"
+    standby_ids = list(plan.standbys.get(slot, []))
+    root = Path(config.state_dir) / app_id
+    slots_dir = root / ".slots"
     slots_dir.mkdir(parents=True, exist_ok=True)
     _write_pid(slots_dir, slot)
+    _write_generation(slots_dir, run_key)
     if config.exactly_once:
         # Fence before waiting: a holder still running (a zombie) then fails at its next
         # commit and lets go of the task directories.
         _fence(config, slot)
-    _acquire_tasks(config, slots_dir, task_ids)
-    worker = Worker(slot, topology, config, task_ids)
+    stateful = {s.id for s in topology.subtopologies(app_id) if s.changelog_topics()}
+    dirs = [root / str(t) for t in task_ids] + [
+        standby_root(root, slot) / str(t) for t in standby_ids if t.subtopology in stateful
+    ]
+    _acquire_dirs(root, slots_dir, dirs)
+    # A standby copy on this machine much further along than a task's own directory (the task
+    # came here from a lost executor) is worth asking its holder for: the Worker takes it over.
+    copies = copies_worth_taking(topology, config, root, task_ids) if config.exactly_once else []
+    _await_handoff(root, slots_dir, copies)
+    worker = Worker(slot, topology, config, task_ids, standby_task_ids=standby_ids)
     try:
         worker.start()
     except BaseException:
         _close(worker, clean=False)
         raise
     finally:
-        _withdraw_wants(slots_dir, task_ids)
-    entry = _Entry(app_id, run_key, slot, worker, uuid.uuid4().hex[:12], slots_dir, task_ids)
+        _withdraw_wants(root, slots_dir, dirs + copies)
+    entry = _Entry(app_id, run_key, slot, worker, uuid.uuid4().hex[:12], slots_dir, dirs)
     with _entries_lock:
         _entries[(app_id, slot)] = entry
     return entry, False
@@ -309,25 +337,45 @@ def _fence(config: StreamsConfig, slot: int) -> None:
     producer.flush(5)
 
 
-def _acquire_tasks(config: StreamsConfig, slots_dir: Path, task_ids: list[TaskId]) -> None:
-    """Wait until no other process on this host holds our tasks' state directories."""
-    root = Path(config.state_dir) / config.application_id
+def _want_file(root: Path, slots_dir: Path, task_dir: Path) -> Path:
+    """Where a process asks for a task directory (or standby copy) another one holds."""
+    return slots_dir / ("task-" + "-".join(task_dir.relative_to(root).parts) + ".want")
+
+
+def _acquire_dirs(root: Path, slots_dir: Path, dirs: list[Path]) -> None:
+    """Wait until no other process on this host holds these task directories."""
     deadline = time.monotonic() + HANDOFF_TIMEOUT_S
     announced = False
-    for task_id in task_ids:
-        task_dir = root / str(task_id)
+    for task_dir in dirs:
         task_dir.mkdir(parents=True, exist_ok=True)
         while not _lock_free(task_dir / ".lock"):
             if not announced:
-                for tid in task_ids:
-                    (slots_dir / f"task-{tid}.want").write_text(str(os.getpid()))
+                for wanted in dirs:
+                    _want_file(root, slots_dir, wanted).write_text(str(os.getpid()))
                 announced = True
             if time.monotonic() > deadline:
                 raise StreamsError(
-                    f"task {task_id}'s state in {task_dir} stayed locked by another process for "
+                    f"the task state in {task_dir} stayed locked by another process for "
                     f"{HANDOFF_TIMEOUT_S:.0f} s; is a second application using this state_dir?"
                 )
             time.sleep(JANITOR_INTERVAL_S)
+
+
+def _await_handoff(root: Path, slots_dir: Path, copies: list[Path]) -> None:
+    """Ask the holders of these standby copies to hand them over; wait a while for it."""
+    held = [copy for copy in copies if not _lock_free(copy / ".lock")]
+    if not held:
+        return
+    for copy in held:
+        _want_file(root, slots_dir, copy).write_text(str(os.getpid()))
+    deadline = time.monotonic() + STANDBY_HANDOFF_TIMEOUT_S
+    while any(not _lock_free(copy / ".lock") for copy in held):
+        if time.monotonic() > deadline:
+            log.warning("standby copies %s were not handed over within %.0f s; restoring "
+                        "from the changelog instead", [str(c) for c in held],
+                        STANDBY_HANDOFF_TIMEOUT_S)  # fmt: skip
+            return
+        time.sleep(JANITOR_INTERVAL_S)
 
 
 def _lock_free(path: Path) -> bool:
@@ -340,12 +388,31 @@ def _lock_free(path: Path) -> bool:
         return True
 
 
-def _withdraw_wants(slots_dir: Path, task_ids: list[TaskId]) -> None:
-    for task_id in task_ids:
-        want = slots_dir / f"task-{task_id}.want"
+def _withdraw_wants(root: Path, slots_dir: Path, dirs: list[Path]) -> None:
+    for task_dir in dirs:
+        want = _want_file(root, slots_dir, task_dir)
         with contextlib.suppress(OSError):
             if want.read_text() == str(os.getpid()):
                 want.unlink()
+
+
+def _write_generation(slots_dir: Path, run_key: tuple[str, int]) -> None:
+    """The driver's current run and layout: janitors close idle Workers of older ones."""
+    path = slots_dir / "generation"
+    current = _current_generation(slots_dir)
+    if current == run_key or (current and current[0] == run_key[0] and current[1] > run_key[1]):
+        return  # already known, or a late task of an older layout: never go back
+    text = f"{run_key[0]} {run_key[1]}"
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def _current_generation(slots_dir: Path) -> tuple[str, int] | None:
+    with contextlib.suppress(OSError, ValueError):
+        run_id, generation = (slots_dir / "generation").read_text().split()
+        return run_id, int(generation)
+    return None
 
 
 def _write_pid(slots_dir: Path, slot: int) -> None:
@@ -362,23 +429,40 @@ def _start_janitor() -> None:
 
 
 def _janitor_loop() -> None:
-    """Close idle Workers whose tasks another process on this host wants."""
+    """Close idle Workers whose tasks another process on this host wants, or whose layout
+    the driver has replaced; hand over standby copies a task starting here wants."""
     me = str(os.getpid())
     while True:
         time.sleep(JANITOR_INTERVAL_S)
         wanted: list[_Entry] = []
         with _entries_lock:
             for key, entry in list(_entries.items()):
-                if entry.busy:
+                current = _current_generation(entry.slots_dir)
+                if not entry.busy and current is not None and current != entry.run_key:
+                    wanted.append(_entries.pop(key))
                     continue
-                for task_id in entry.task_ids:
-                    want = entry.slots_dir / f"task-{task_id}.want"
+                root = entry.slots_dir.parent
+                standbys = standby_root(root, entry.slot)
+                for task_dir in list(entry.dirs):
+                    want = _want_file(root, entry.slots_dir, task_dir)
                     with contextlib.suppress(OSError):
-                        if want.read_text() != me:
+                        wanter = want.read_text()
+                        if task_dir.parent == standbys and entry.worker.standbys is not None:
+                            # Another slot's task starting here wants the copy (this process
+                            # may run it): only the copy goes; idle, at once (under the lock,
+                            # so no lease starts meanwhile); busy, at the Worker's next poll.
+                            task_id = TaskId(*map(int, task_dir.name.split("_")))
+                            if entry.busy:
+                                entry.worker.standbys.request_release(task_id)
+                            else:
+                                entry.worker.standbys.release(task_id)
+                            entry.dirs.remove(task_dir)
+                        elif wanter != me and not entry.busy:
                             wanted.append(_entries.pop(key))
                             break
         for entry in wanted:
-            log.info("releasing slot %d: another process runs it now", entry.slot)
+            log.info("releasing slot %d: another process runs it now, or its layout is gone",
+                     entry.slot)  # fmt: skip
             _close(entry.worker, clean=False)
 
 

@@ -21,6 +21,11 @@ V = TypeVar("V")
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
+#: What follows the record key in a window store key: 8-byte BE start, 4-byte BE sequence number.
+WINDOW_KEY_TAIL = struct.Struct(">qi")
+
+#: Stream time of a window store that has seen no write yet: nothing is expired.
+NO_TIME = -(2**63)
 
 #: Bytes a window store key carries after the record key: 8-byte start, 4-byte sequence number.
 WINDOW_KEY_SUFFIX = 12
@@ -35,6 +40,11 @@ class ChangelogRecord(NamedTuple):
 
 
 ChangeListener = Callable[[ChangelogRecord], None]
+
+#: Builds a named tuple from a tuple of its fields: ``new_tuple(ChangelogRecord, (k, v, t))``.
+#: A NamedTuple's own constructor is a Python function, a frame per call; hot paths that make
+#: one per record call this C function instead.
+new_tuple = tuple.__new__
 
 
 class ValueAndTimestamp(NamedTuple, Generic[V]):
@@ -192,7 +202,7 @@ class WindowStore(StateStore):
         self.retention_ms = retention_ms
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
-        self.observed_stream_time = -(2**63)
+        self.observed_stream_time = NO_TIME
         self._seqnum = 0
 
     @abstractmethod
@@ -237,7 +247,7 @@ class WindowStore(StateStore):
 
 def window_store_key(key: bytes, window_start_ms: int, seqnum: int) -> bytes:
     """Key bytes + 8-byte BE window start + 4-byte BE sequence number (Kafka Streams' layout)."""
-    return key + _LONG.pack(window_start_ms) + _INT.pack(seqnum)
+    return key + WINDOW_KEY_TAIL.pack(window_start_ms, seqnum)
 
 
 def parse_window_store_key(binary: bytes) -> tuple[bytes, int, int]:

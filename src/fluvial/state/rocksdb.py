@@ -2,12 +2,12 @@
 
 Layout of one store directory ``state_dir / name``:
 
-- the default column family holds the data (key-value stores), or nothing (window stores);
+- the default column family holds the data;
 - ``fluvial-meta`` holds bookkeeping that must never show up in iteration: the committed
   changelog offset, and for window stores the observed stream time and sequence number;
-- window stores keep one column family per time segment (``segment-<id>``), keyed by Kafka
-  Streams' window key layout (key + 8-byte start + 4-byte seqnum). Expiry drops whole segments,
-  which costs nothing per record.
+- window stores keep their windows in the default column family, keyed by the time segment
+  (8-byte id) and then Kafka Streams' window key layout (key + 8-byte start + 4-byte seqnum).
+  Expiry drops whole segments, each with one range deletion, which costs nothing per record.
 
 Iteration reads in small batches and drops the RocksDB iterator between batches. An iterator
 object keeps the database open, so an abandoned generator must not be able to hold the lock.
@@ -19,9 +19,8 @@ import shutil
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from fluvial.errors import StreamsError
 from fluvial.state.base import (
@@ -74,6 +73,25 @@ def _scan(db: Rdict, lower: bytes | None, upper: bytes | None) -> Iterator[tuple
         if exhausted:
             return
         seek_from, skip_first = batch[-1][0], True
+
+
+def read_committed_offset(path: Path) -> int | None:
+    """The changelog offset a closed RocksDB store at ``path`` reflects (``None``: no store).
+
+    Opens the store read-only, so it needs no lock and changes nothing: for choosing between
+    two copies of a store before either is opened.
+    """
+    try:
+        Rdict.list_cf(str(path), _options())
+        db = Rdict(str(path), Options(raw_mode=True), column_families={_META_CF: _options()},
+                   access_type=AccessType.read_only())  # fmt: skip
+    except Exception:  # no database there (yet), or not a fluvial store
+        return None
+    try:
+        raw = db.get_column_family(_META_CF).get(_COMMITTED_OFFSET)
+        return None if raw is None else int(_LONG.unpack(raw)[0])
+    finally:
+        db.close()
 
 
 class _RocksDBStore:
@@ -229,6 +247,12 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
     ``segment_interval_ms`` defaults to Kafka Streams' choice, ``max(retention / 2, 60 s)``:
     about three segments live at a time. Reads filter by retention exactly; segments only decide
     when the bytes of expired windows are reclaimed.
+
+    All segments share the default column family: a key is the 8-byte segment id (ordered as
+    numbers, negative ones first) and then the window key, so a segment is one contiguous range
+    of keys and dropping it is one range deletion in the write batch that moves stream time.
+    A column family per segment would cost milliseconds of CPU to create and to drop (RocksDB
+    rewrites its options file each time), every segment interval of stream time.
     """
 
     def __init__(
@@ -246,7 +270,7 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         if segment_interval_ms <= 0:
             raise ValueError(f"segment_interval_ms must be positive, got {segment_interval_ms}")
         self.segment_interval_ms = segment_interval_ms
-        self._segments: dict[int, Rdict] = {}
+        self._segments: set[int] = set()  # ids of segments that may hold data
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -255,15 +279,43 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
             return
         families = self._open(state_dir)
         db = self._live_db()
-        for family in families:
-            if family.startswith(_SEGMENT_PREFIX):
-                segment_id = int(family[len(_SEGMENT_PREFIX) :])
-                self._segments[segment_id] = db.get_column_family(family)
         assert self._meta is not None
         raw_time = self._meta.get(_STREAM_TIME)
         self.observed_stream_time = -(2**63) if raw_time is None else _LONG.unpack(raw_time)[0]
         raw_seq = self._meta.get(_SEQNUM)
         self._seqnum = 0 if raw_seq is None else _LONG.unpack(raw_seq)[0]
+        self._move_legacy_segments(families)
+        self._segments = self._find_segments(db)
+
+    def _find_segments(self, db: Rdict) -> set[int]:
+        """The ids of segments holding data: one seek per segment."""
+        found: set[int] = set()
+        it = db.iter()
+        it.seek_to_first()
+        while it.valid():
+            segment_id = _SEGMENT_ID.unpack_from(it.key())[0] - _SIGN
+            found.add(segment_id)
+            it.seek(_segment_prefix(segment_id + 1))
+        del it
+        return found
+
+    def _move_legacy_segments(self, families: list[str]) -> None:
+        """Stores written before segments shared a column family kept one family per segment:
+        move their entries under segment-id keys, then drop those families."""
+        db = self._live_db()
+        for family in families:
+            if not family.startswith(_SEGMENT_PREFIX):
+                continue
+            segment_id = int(family[len(_SEGMENT_PREFIX) :])
+            prefix = _segment_prefix(segment_id)
+            batch = WriteBatch(raw_mode=True)
+            segment = db.get_column_family(family)
+            for store_key, value in _scan(segment, None, None):
+                batch.put(prefix + store_key, value)
+            del segment  # the handle keeps the family alive; let it go before dropping it
+            db.write(batch)
+            db.drop_column_family(family)
+        db.flush_wal(True)
 
     def flush(self) -> None:
         self._flush_meta()
@@ -292,7 +344,7 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
     ) -> None:
         db = self._live_db()
         batch = WriteBatch(raw_mode=True)
-        self._drop_segments(self._advance(batch, window_start_ms))
+        self._drop_segments(batch, self._advance(batch, window_start_ms))
         if window_start_ms <= self.expired_before() or (value is None and self.retain_duplicates):
             # Expired (too late) or a tombstone a duplicate-keeping store cannot place: no write,
             # no changelog record; only the stream time may have moved.
@@ -335,19 +387,19 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         if write_offset:
             self._write_meta(batch, _COMMITTED_OFFSET, committed_offset)
             self.committed_offset = committed_offset
-        # One batch: data, stream time, sequence and offset land together or not at all. Dead
-        # segments go after it, since the batch may still name them.
+        self._drop_segments(batch, dead)
+        # One batch: data, stream time, sequence, offset and dropped segments land together or
+        # not at all.
         db.write(batch)
-        self._drop_segments(dead)
 
     def _stage(self, batch: WriteBatch, store_key: bytes, start: int, value: bytes | None) -> None:
         segment_id = start // self.segment_interval_ms
         if value is None:
             if segment_id in self._segments:
-                batch.delete(store_key, self._handle(segment_id))
+                batch.delete(_segment_prefix(segment_id) + store_key)
             return
-        self._segment(segment_id)
-        batch.put(store_key, bytes(value), self._handle(segment_id))
+        self._segments.add(segment_id)
+        batch.put(_segment_prefix(segment_id) + store_key, bytes(value))
 
     def _advance(self, batch: WriteBatch, window_start_ms: int) -> list[int]:
         """Move stream time forward; return the segments that it killed (not yet dropped)."""
@@ -360,56 +412,50 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         interval = self.segment_interval_ms
         return [s for s in self._segments if (s + 1) * interval - 1 <= expired]
 
-    def _segment(self, segment_id: int) -> Rdict:
-        segment = self._segments.get(segment_id)
-        if segment is None:
-            db = self._live_db()
-            segment = db.create_column_family(f"{_SEGMENT_PREFIX}{segment_id}", _options())
-            self._segments[segment_id] = segment
-        return segment
-
-    def _handle(self, segment_id: int) -> Any:
-        return self._live_db().get_column_family_handle(f"{_SEGMENT_PREFIX}{segment_id}")
-
-    def _drop_segments(self, segment_ids: list[int]) -> None:
+    def _drop_segments(self, batch: WriteBatch, segment_ids: list[int]) -> None:
         for segment_id in segment_ids:
-            del self._segments[segment_id]  # the handle keeps the family alive; let it go first
-            self._live_db().drop_column_family(f"{_SEGMENT_PREFIX}{segment_id}")
+            self._segments.discard(segment_id)
+            batch.delete_range(_segment_prefix(segment_id), _segment_prefix(segment_id + 1))
 
     # -- reads -------------------------------------------------------------------------------
 
     def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
-        self._live_db()
+        db = self._live_db()
         if window_start_ms <= self.expired_before():
             return None
-        segment = self._segments.get(window_start_ms // self.segment_interval_ms)
-        if segment is None:
+        segment_id = window_start_ms // self.segment_interval_ms
+        if segment_id not in self._segments:
             return None
         if not self.retain_duplicates:
-            value: bytes | None = segment.get(window_store_key(key, window_start_ms, 0))
+            value: bytes | None = db.get(
+                _segment_prefix(segment_id) + window_store_key(key, window_start_ms, 0)
+            )
             return value
         for _, value in self.fetch_range(key, window_start_ms, window_start_ms):
             return value
         return None
 
     def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
-        self._live_db()
+        db = self._live_db()
         for segment_id, lo, hi in self._segments_between(time_from, time_to):
+            prefix = _segment_prefix(segment_id)
             # Other keys that extend this key interleave in byte order; skip them by parsing.
-            lower = window_store_key(key, lo, 0)
-            upper = window_store_key(key, hi, -1)  # seqnum -1 is 0xffffffff: the highest
-            for store_key, value in _scan(self._segments[segment_id], lower, upper):
-                found_key, start, _ = parse_window_store_key(store_key)
+            lower = prefix + window_store_key(key, lo, 0)
+            upper = prefix + window_store_key(key, hi, -1)  # seqnum -1 is 0xffffffff: the highest
+            for store_key, value in _scan(db, lower, upper):
+                found_key, start, _ = parse_window_store_key(store_key[_SEGMENT_ID.size :])
                 if found_key == key and lo <= start <= hi:
                     yield start, value
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
-        self._live_db()
+        db = self._live_db()
         for segment_id, lo, hi in self._segments_between(time_from, time_to):
             # Segments are keyed key-first; order one segment's matches by time in memory.
             matches = []
-            for store_key, value in _scan(self._segments[segment_id], None, None):
-                key, start, seqnum = parse_window_store_key(store_key)
+            # Every key of the segment is longer than the next segment's bare prefix, and below it.
+            lower, upper = _segment_prefix(segment_id), _segment_prefix(segment_id + 1)
+            for store_key, value in _scan(db, lower, upper):
+                key, start, seqnum = parse_window_store_key(store_key[_SEGMENT_ID.size :])
                 if lo <= start <= hi:
                     matches.append((start, key, seqnum, value))
             matches.sort(key=lambda m: (m[0], m[1], m[2]))
@@ -430,7 +476,15 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         ]
 
     def approximate_num_entries(self) -> int:
-        return sum(
-            int(segment.property_int_value("rocksdb.estimate-num-keys") or 0)
-            for segment in self._segments.values()
-        )
+        count = self._live_db().property_int_value("rocksdb.estimate-num-keys")
+        return int(count or 0)
+
+
+# Segment ids as unsigned 8-byte big-endian numbers with the sign bit flipped, so that byte
+# order is numeric order, negative ids first.
+_SEGMENT_ID = struct.Struct(">Q")
+_SIGN = 2**63
+
+
+def _segment_prefix(segment_id: int) -> bytes:
+    return _SEGMENT_ID.pack(segment_id + _SIGN)

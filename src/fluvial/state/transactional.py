@@ -34,7 +34,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fluvial.state.base import ChangelogRecord, KeyValueStore
+from fluvial.state.base import ChangelogRecord, KeyValueStore, new_tuple
 from fluvial.state.caching import ENTRY_OVERHEAD, _merge
 from fluvial.state.versioned import Version, VersionedKeyValueStore
 
@@ -54,6 +54,8 @@ class TransactionalStore:
         if max_uncommitted_bytes <= 0:
             raise ValueError(f"max_uncommitted_bytes must be positive, got {max_uncommitted_bytes}")
         self.inner = inner
+        # Open and closed through this layer only; a flag is cheaper than asking ``inner``.
+        self._opened = bool(inner.is_open)
         # Whether the store holds restored data or an offset that no sync has covered yet.
         self._unsynced = False
         self.max_uncommitted_bytes = max_uncommitted_bytes
@@ -113,6 +115,7 @@ class TransactionalStore:
 
     def init(self, state_dir: Path | None = None) -> None:
         self.inner.init(state_dir)
+        self._opened = True
         self._unsynced = False
         self._drop(committed=False)
 
@@ -128,10 +131,12 @@ class TransactionalStore:
 
     def close(self) -> None:
         """Close without committing: uncommitted writes are dropped, as in a crash."""
+        self._opened = False
         self._drop(committed=False)
         self.inner.close()
 
     def destroy(self) -> None:
+        self._opened = False
         self._drop(committed=False)
         self.inner.destroy()
         self._drop(committed=False)
@@ -157,12 +162,22 @@ class TransactionalStore:
 
     # -- for the wrappers --------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise RuntimeError(
+                f"state store {self.inner.name!r} is not open: call init(state_dir) before using it"
+            )
+
     def _buffer(self, slot: Hashable, record: ChangelogRecord) -> None:
-        old = self._pending.pop(slot, None)
+        pending = self._pending
+        old = pending.pop(slot, None)
         if old is not None:
             self.uncommitted_bytes -= _size(old)
-        self._pending[slot] = record
-        self.uncommitted_bytes += _size(record)
+        pending[slot] = record
+        value = record.value
+        self.uncommitted_bytes += (
+            len(record.key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+        )
 
     def _drop(self, committed: bool) -> None:
         self._pending.clear()
@@ -210,7 +225,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
             bisect.insort(self._sorted, key)
         stored = None if value is None else bytes(value)
         # One record, buffered and logged: the changelog carries exactly what commit applies.
-        record = ChangelogRecord(key, stored, timestamp_ms)
+        record: ChangelogRecord = new_tuple(ChangelogRecord, (key, stored, timestamp_ms))
         self._buffer(key, record)
         if self._listener is not None:
             self._listener(record)

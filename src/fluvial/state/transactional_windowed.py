@@ -11,7 +11,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
-from fluvial.state.base import ChangelogRecord, WindowStore, window_store_key
+from fluvial.state.base import (
+    NO_TIME,
+    WINDOW_KEY_TAIL,
+    ChangelogRecord,
+    WindowStore,
+    new_tuple,
+)
 from fluvial.state.session import SessionEntry, SessionStore, session_store_key
 from fluvial.state.transactional import DEFAULT_MAX_UNCOMMITTED_BYTES, TransactionalStore
 
@@ -37,34 +43,45 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
     def put(
         self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
     ) -> None:
-        self._check_open()
-        self.observed_stream_time = max(self.observed_stream_time, window_start_ms)
-        if window_start_ms <= self.expired_before():
+        # Once per record: the helpers (_check_open, expired_before, ...) written out inline.
+        if not self._opened:
+            self._check_open()
+        stream_time = self.observed_stream_time
+        if window_start_ms > stream_time:
+            self.observed_stream_time = stream_time = window_start_ms
+        if window_start_ms <= stream_time - self.retention_ms and stream_time != NO_TIME:
             return  # the store would drop it: so no buffer entry and no changelog record
-        if value is None and self.retain_duplicates:
-            return
-        key = bytes(key)
-        stored = None if value is None else bytes(value)
-        seqnum = self._next_seqnum()
-        store_key = window_store_key(key, window_start_ms, seqnum)
+        if value is None:
+            if self.retain_duplicates:
+                return
+        elif type(value) is not bytes:
+            value = bytes(value)
+        if type(key) is not bytes:
+            key = bytes(key)
+        seqnum = self._next_seqnum() if self.retain_duplicates else 0
+        store_key = key + WINDOW_KEY_TAIL.pack(window_start_ms, seqnum)  # window_store_key
         # One record, buffered and logged: the changelog carries exactly what commit applies.
-        record = ChangelogRecord(store_key, stored, timestamp_ms)
+        record: ChangelogRecord = new_tuple(ChangelogRecord, (store_key, value, timestamp_ms))
         self._buffer(store_key, record)
         windows = self._by_key.get(key)
         if windows is None:
             windows = self._by_key[key] = {}
-        windows[(window_start_ms, seqnum)] = stored
+        windows[(window_start_ms, seqnum)] = value
         if self._listener is not None:
             self._listener(record)
 
     def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
-        self._check_open()
-        if window_start_ms <= self.expired_before():
-            return None
+        if not self._opened:
+            self._check_open()
+        stream_time = self.observed_stream_time
+        if window_start_ms <= stream_time - self.retention_ms and stream_time != NO_TIME:
+            return None  # expired
         if not self.retain_duplicates:
-            buffered = self._by_key.get(key, {})
-            if (window_start_ms, 0) in buffered:
-                return buffered[(window_start_ms, 0)]
+            buffered = self._by_key.get(key)
+            if buffered is not None:
+                slot = (window_start_ms, 0)
+                if slot in buffered:
+                    return buffered[slot]
             value: bytes | None = self.inner.fetch(key, window_start_ms)
             return value
         for _, value in self.fetch_range(key, window_start_ms, window_start_ms):

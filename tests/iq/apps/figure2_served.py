@@ -42,4 +42,5 @@ config = StreamsConfig(
     state_dir=os.environ["FLUVIAL_TEST_STATE_DIR"],
     # Caching off: every accepted record yields one revision, so every state is a revision.
     cache_max_bytes=int(os.environ.get("FLUVIAL_TEST_CACHE_BYTES", "0")),
+    num_standby_replicas=int(os.environ.get("FLUVIAL_TEST_STANDBYS", "0")),
 )
