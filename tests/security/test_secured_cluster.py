@@ -181,7 +181,8 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     assert acls_of(cluster, principal) == as_tuples(expected)
     assert ("TOPIC", "LITERAL", input_topic, "READ") in as_tuples(expected)
     assert ("TOPIC", "LITERAL", output_topic, "WRITE") in as_tuples(expected)
-    assert ("TRANSACTIONAL_ID", "PREFIXED", f"{app_id}-slot-", "WRITE") in as_tuples(expected)
+    assert ("TRANSACTIONAL_ID", "PREFIXED", f"{app_id}-", "WRITE") in as_tuples(expected)
+    assert ("GROUP", "LITERAL", f"{app_id}-driver", "READ") in as_tuples(expected)
     for rule in expected:
         assert rule.line(principal) in applied.stdout
 

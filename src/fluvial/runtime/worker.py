@@ -23,8 +23,10 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
+from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
@@ -83,6 +85,8 @@ class Worker:
         self.stop_event = stop or threading.Event()
         self.on_progress = on_progress
         self.metrics = WorkerMetrics(slot)
+        #: Whether :meth:`run` commits when stopped; not when its driver was fenced.
+        self.commit_on_stop = True
         self.state_root = Path(config.state_dir) / config.application_id
         self.eos = config.exactly_once
         self.tasks: dict[TaskId, StreamTask] = {}
@@ -313,7 +317,13 @@ class Worker:
                     # Fenced or already aborted is fine: nothing of it becomes visible.
                     with contextlib.suppress(KafkaException):
                         self._producer.abort_transaction(5)
-                self._producer.flush(5)
+                if clean:
+                    self._producer.flush(5)
+                else:
+                    # A fenced producer raises here; the failure that led here is the one to
+                    # report, not this.
+                    with contextlib.suppress(KafkaException):
+                        self._producer.flush(5)
                 self._producer = None
                 self._collector = None  # it holds the producer too
 
@@ -329,14 +339,23 @@ class Worker:
                 self.run_once()
         except BaseException as exc:
             self.close(clean=False)
-            error = _kafka_error(exc)
-            if error is not None and _is_fenced(error):
+            error = kafka_error_of(exc)
+            if error is not None and is_fenced(error):
                 raise FencedError(
                     f"slot {self.slot} was fenced: a newer instance runs its tasks now, so this "
                     "one stops and its open transaction is discarded"
                 ) from exc
+            denied = self.unauthorized(exc)
+            if denied is not None and denied is not exc:
+                raise denied from exc
             raise
-        self.close(clean=True)
+        self.close(clean=self.commit_on_stop)
+
+    def unauthorized(self, failure: BaseException) -> AuthorizationError | None:
+        """The clear, fatal error if a missing ACL caused ``failure`` (see fluvial.acls)."""
+        if not isinstance(failure, Exception):
+            return None
+        return authorization_error(self.topology, self.config, failure)
 
     def run_for(self, seconds: float) -> None:
         """Run the loop for a while (a lease), leaving the worker open for the next one."""
@@ -356,6 +375,9 @@ class Worker:
             if error is not None:
                 if error.fatal():
                     raise StreamsError(f"the consumer failed: {error.str()}")
+                if error.name() in AUTHORIZATION_ERRORS:
+                    # Never retried by the consumer: left alone, the slot would wait for ever.
+                    raise KafkaException(error)
                 log.warning("consumer: %s", error.str())
                 continue
             tp = (msg.topic(), msg.partition())
@@ -532,16 +554,16 @@ class Worker:
             try:
                 return action()
             except (KafkaException, SystemError) as exc:
-                found = _kafka_error(exc)
+                found = kafka_error_of(exc)
                 if found is None:
                     raise
                 error: KafkaError = found
-                if _is_fenced(error):
+                if is_fenced(error):
                     raise FencedError(
                         f"slot {self.slot} was fenced during {what}: a newer instance runs its "
                         "tasks now, so this one stops and its open transaction is discarded"
                     ) from exc
-                if (error.retriable() or error.code() in _TRANSIENT) and attempt < 4:
+                if (error.retriable() or error.code() in TRANSIENT_ERRORS) and attempt < 4:
                     log.warning("%s failed (%s); retrying", what, error.str())
                     time.sleep(0.2 * (attempt + 1))
                     continue
@@ -609,7 +631,7 @@ class Worker:
 
 
 # Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.
-_TRANSIENT = (
+TRANSIENT_ERRORS = (
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -618,7 +640,7 @@ _TRANSIENT = (
 )
 
 
-def _kafka_error(exc: BaseException) -> KafkaError | None:
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
     """The Kafka error behind an exception, if any.
 
     A fatal producer error can surface from inside a delivery callback as a ``SystemError``
@@ -632,12 +654,13 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
-def _is_fenced(error: KafkaError) -> bool:
+def is_fenced(error: KafkaError) -> bool:
+    """A newer producer took the transactional id over. (A transactional id the principal may
+    not use is no fencing: that is an authorization error, see fluvial.acls.)"""
     return error.code() in (
         KafkaError._FENCED,
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ) or (error.fatal() and "fenced" in error.str().lower())
 
 

@@ -33,12 +33,12 @@ from fluvial.processor.collector import TaskId
 from fluvial.runtime.engine import (
     assign_slots,
     check_commit_metadata,
-    fence_stale_slots,
     plan_tasks,
 )
 from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
+from fluvial.spark.fencing import LeaseFencing, raise_fatal
 from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
 from fluvial.topology.topology import Topology
 
@@ -134,6 +134,7 @@ class SparkApplication:
         self.errors: list[BaseException] = []
         self.task_ids: list[TaskId] = []
         self.run_id = uuid.uuid4().hex[:12]
+        self._fencing = LeaseFencing(self.topology, self.config, self.run_id)
         self.leases = 0
         self.layout: dict[int, list[TaskId]] = {}
         self.generation = 0
@@ -171,6 +172,7 @@ class SparkApplication:
                         "that moves restores its stores from their changelogs (from its local "
                         "checkpoint when it lands where it ran before)",
                         self.config.num_standby_replicas)  # fmt: skip
+        self._fencing.claim()  # before paying for a JVM, like the checks above
         if self._spark is None:
             from fluvial.spark.session import local_spark_session
 
@@ -236,6 +238,7 @@ class SparkApplication:
         if self._held_env is not None:
             self._held_env.close()
             self._held_env = None
+        self._fencing.close()
 
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""
@@ -269,13 +272,9 @@ class SparkApplication:
         slots = self.desired_slots()
         if not initial and slots == len(self.layout):
             return
-        if initial:
-            fence_stale_slots(self.config, slots)
-        else:
-            # Tasks move between slots: fence every old holder before any new one starts, so
-            # no zombie of the old layout can commit for a task that moved.
+        if not initial:
             log.warning("slots: %d -> %d (cluster cores changed)", len(self.layout), slots)
-            fence_stale_slots(self.config, 0)
+        self._fencing.layout(slots, initial=initial)
         self.layout = assign_slots(self.task_ids, slots)
         self.generation += 1
         self._expected = {}
@@ -289,6 +288,7 @@ class SparkApplication:
         """Run one lease of every slot as one Spark job; return what each slot reported."""
         assert self._rdd is not None
         self._relayout()
+        self._fencing.before_lease(len(self.layout))  # a driver a newer one fenced stops here
         self.leases += 1
         plan = LeasePlan(
             run_id=self.run_id,
@@ -317,6 +317,10 @@ class SparkApplication:
             self._lease_failed(error)
             return []
         self._failed_in_a_row = 0
+        for result in results:
+            if result.fatal is not None:
+                self._append_log({"lease": self.leases, "failed": str(result.fatal)[:300]})
+        raise_fatal(results)
         for result in results:
             self._expected[result.slot] = result.incarnation
             self._record(result)

@@ -39,6 +39,7 @@ from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.worker import Worker, transactional_id
+from fluvial.spark.fencing import check_current_driver, fatal_slot_error
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ class LeaseResult:
     query_endpoint: str | None = None
     # The Python that ran the slot: the packed environment's on a cluster (fluvial pack).
     python: str = ""
+    # An error no retry can mend (a missing ACL, a newer driver): the driver stops with it.
+    fatal: Exception | None = None
 
 
 @dataclass
@@ -161,7 +164,10 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
     _start_janitor()
     config = _executor_config(plan.config)
     started = time.monotonic()
-    entry, reused = _take(plan, source, config, slot, attempt)
+    try:
+        entry, reused = _take(plan, source, config, slot, attempt)
+    except Exception as error:
+        return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     worker = entry.worker
     query_endpoint = _serve_queries(plan, source, config, entry)
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
@@ -174,9 +180,11 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             worker.close(clean=True)
         else:
             worker.commit()
-    except BaseException:
+    except BaseException as error:
         _discard(entry, clean=False)
-        raise
+        if not isinstance(error, Exception):
+            raise
+        return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     after = _snapshot(worker.metrics)
     metrics = {n: after[n] - before[n] for n in _COUNTERS}
     metrics.update({n: float(getattr(worker.metrics, n)) for n in _GAUGES})
@@ -199,6 +207,27 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             _entries.pop((entry.app_id, slot), None)
         entry.busy = False
     return result
+
+
+def _fatal_or_raise(
+    plan: LeasePlan,
+    source: AppSource,
+    config: StreamsConfig,
+    slot: int,
+    attempt: int,
+    started: float,
+    error: Exception,
+) -> LeaseResult:
+    """Report an error no retry can mend as the task's result; raise any other (Spark retries)."""
+    fatal = fatal_slot_error(plan.run_id, _topology(source), config, error)
+    if fatal is None:
+        raise error
+    log.error("slot %d: %s", slot, fatal)
+    return LeaseResult(
+        slot=slot, host=socket.gethostname(), pid=os.getpid(), incarnation="", attempt=attempt,
+        reused=False, seconds=time.monotonic() - started, start_seconds=0.0, metrics={},
+        task_metrics={}, python=sys.executable, fatal=fatal,
+    )  # fmt: skip
 
 
 def _serve_queries(
@@ -265,6 +294,8 @@ def _take(
     slots_dir.mkdir(parents=True, exist_ok=True)
     _write_pid(slots_dir, slot)
     if config.exactly_once:
+        # A task of a driver that a newer one replaced must not take the slot back from it.
+        check_current_driver(plan.run_id, topology, config)
         # Fence before waiting: a holder still running (a zombie) then fails at its next
         # commit and lets go of the task directories.
         _fence(config, slot)
@@ -272,6 +303,11 @@ def _take(
     worker = Worker(slot, topology, config, task_ids)
     try:
         worker.start()
+        if config.exactly_once:
+            # Again after our fence: a newer driver records itself before it fences the slots,
+            # so either its fence comes after ours (and this worker can commit nothing) or
+            # its record shows here.
+            check_current_driver(plan.run_id, topology, config)
     except BaseException:
         _close(worker, clean=False)
         raise
