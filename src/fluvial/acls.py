@@ -267,7 +267,7 @@ def _explain(config: StreamsConfig, missing: list[Missing], *, while_running: st
     for m in missing:
         kind = m.rule.resource_type.lower().replace("_", " ")
         note = (
-            "; it cannot even see the topic (no ACL lets it describe it), or the topic does not "
+            "; this principal cannot see the topic: no ACL lets it describe it, or it does not "
             "exist"
             if m.unseen
             else ""
@@ -294,7 +294,7 @@ AUTHORIZATION_ERRORS = (
 
 
 def authorization_error(
-    topology: Topology, config: StreamsConfig, failure: BaseException
+    topology: Topology, config: StreamsConfig, failure: BaseException, *, running: bool = True
 ) -> AuthorizationError | None:
     """The clear, fatal error for a failure that a missing ACL caused; ``None`` for any other.
 
@@ -324,13 +324,14 @@ def authorization_error(
     ):
         missing += [Missing(rule, rule.name) for rule in _transactional_rules(config)]
     if missing:
-        return AuthorizationError(_explain(config, missing, while_running=" (found while running)"))
+        found = " (found while running)" if running else ""
+        return AuthorizationError(_explain(config, missing, while_running=found))
     if not denied:
         return None
     principal = principal_of(config.client_config) or "this client's principal"
     first = text.splitlines()[0] if text else repr(failure)
     return AuthorizationError(
-        f"{principal} was refused by Kafka's authorizer while running application "
+        f"{principal} was refused by Kafka's authorizer {'while running' if running else 'starting'} application "
         f"{config.application_id!r} on {config.bootstrap_servers}: {first[:500]}. See the ACLs "
         f"it needs with: fluvial acls APP.py --principal {principal} (add --apply, as an admin, "
         "to create them)"

@@ -124,7 +124,8 @@ class Application:
                                                   name="fluvial-driver-epoch", daemon=True))  # fmt: skip
         for slot, task_ids in assign_slots(self.task_ids, slots).items():
             worker = Worker(slot, self.topology, self.config, task_ids,
-                            stop=self.stop_event, on_progress=self.on_progress)  # fmt: skip
+                            stop=self.stop_event, on_progress=self.on_progress,
+                            confirm_owner=self._confirm_epoch if self.epoch else None)  # fmt: skip
             self.workers.append(worker)
             thread = threading.Thread(
                 target=self._run_worker, args=(worker,), name=f"fluvial-slot-{slot}", daemon=True
@@ -140,14 +141,26 @@ class Application:
             try:
                 worker.run()
                 return
-            except (FencedError, ChangelogGapError, AuthorizationError) as error:
-                # Fatal: restarting cannot help. A fenced slot most often means a newer
-                # driver took over: say so if it did.
-                if isinstance(error, FencedError):
-                    fenced = self._check_epoch()
-                    if fenced is not None:
-                        self._driver_fenced(fenced)
-                        return
+            except DriverFencedError as error:
+                self._driver_fenced(error)
+                return
+            except FencedError as error:
+                # A newer driver took over (then stop), or a slot task of an older driver that
+                # has yet to notice fenced this one once: this driver's epoch stands, so the
+                # slot starts again and fences it back.
+                fenced = self._check_epoch()
+                if fenced is not None:
+                    self._driver_fenced(fenced)
+                    return
+                restarts += 1
+                if restarts > MAX_RESTARTS:
+                    self.errors.append(error)
+                    self.stop_event.set()
+                    return
+                log.warning("slot %d: %s; this driver is still the current one, so the slot "
+                            "starts again", worker.slot, error)  # fmt: skip
+            except (ChangelogGapError, AuthorizationError) as error:
+                # Fatal: restarting cannot help.
                 log.error("%s", error)
                 self.errors.append(error)
                 self.stop_event.set()
@@ -172,6 +185,11 @@ class Application:
                 log.warning("slot %d failed (%s); restarting from the last commit",
                             worker.slot, error)  # fmt: skip
                 time.sleep(min(5.0, 0.5 * restarts))
+                # A driver that a newer one fenced meanwhile must not take its slot back.
+                fenced = self._check_epoch()
+                if fenced is not None:
+                    self._driver_fenced(fenced)
+                    return
             except BaseException as error:  # a bug or a fatal error: stop everything
                 log.exception("slot %d failed", worker.slot)
                 self.errors.append(error)
@@ -199,6 +217,12 @@ class Application:
         for worker in self.workers:
             worker.commit_on_stop = False  # their transactional ids are fenced too
         self.stop_event.set()
+
+    def _confirm_epoch(self) -> None:
+        """Raise :class:`DriverFencedError` if a newer driver took over (see Worker.start)."""
+        error = self._check_epoch()
+        if error is not None:
+            raise error
 
     def _check_epoch(self) -> StreamsError | None:
         """The fatal error if this driver lost its epoch or its rights; ``None`` otherwise."""

@@ -148,6 +148,7 @@ class DriverEpoch:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._fenced: DriverFencedError | None = None
+        self._claimed = False
 
     def claim(self, slots: int) -> DriverRecord | None:
         """Take the application over; return the record of the driver before, if any."""
@@ -170,6 +171,7 @@ class DriverEpoch:
         # them sees it and stops (see fluvial.spark.slots), instead of fencing back.
         self._commit(self.record)
         fence_slots(self.config, range(self.record.slots))
+        self._claimed = True
         if previous is not None and previous.run_id != self.run_id:
             log.info("driver epoch %d: took over from %s", self.record.generation,
                      previous.describe())  # fmt: skip
@@ -226,24 +228,26 @@ class DriverEpoch:
             if is_fenced(error.args[0]):
                 self._fenced = DriverFencedError(self._fenced_message())
                 raise self._fenced from None
-            raise _clear(self.topology, self.config, error, what) from error
+            raise _clear(self.topology, self.config, error, what, running=self._claimed) from error
 
     def _fenced_message(self) -> str:
         try:
             newer = read_driver_record(self.topology, self.config)
         except Exception:  # noqa: BLE001 - the message does without it
             newer = None
-        by = ""
-        if newer is not None and newer.run_id != self.run_id:
-            by = f", {newer.describe()},"
-        return (
-            f"driver run {self.run_id} of application {self.config.application_id!r} (pid "
-            f"{os.getpid()} on {socket.gethostname()}) was fenced: a newer driver of the "
-            f"application{by} took it over. This driver stops and commits nothing more; the "
-            "newer one goes on from the last commit. Run one driver per application (a cluster "
-            "manager that restarts a driver may start the new one before the old one stops: "
-            "the old one then stops by itself)."
-        )
+        return fenced_message(self.config.application_id, self.run_id, newer)
+
+
+def fenced_message(application_id: str, run_id: str, newer: DriverRecord | None) -> str:
+    """Why driver run ``run_id`` stops: a newer driver (``newer``, if known) took over."""
+    by = f", {newer.describe()}," if newer is not None and newer.run_id != run_id else ""
+    return (
+        f"driver run {run_id} of application {application_id!r} was fenced: a newer driver of "
+        f"the application{by} took it over. This driver stops and commits nothing more; the "
+        "newer one goes on from the last commit. Run one driver per application (a cluster "
+        "manager that restarts a driver may start the new one before the old one stops: the "
+        "old one then stops by itself)."
+    )
 
 
 def _driver_consumer_settings(config: StreamsConfig) -> dict[str, object]:
@@ -270,9 +274,14 @@ def _retrying(action: Callable[[], T], what: str) -> T:
 
 
 def _clear(
-    topology: Topology, config: StreamsConfig, error: KafkaException, what: str
+    topology: Topology,
+    config: StreamsConfig,
+    error: KafkaException,
+    what: str,
+    *,
+    running: bool = False,
 ) -> StreamsError:
-    denied = authorization_error(topology, config, error)
+    denied = authorization_error(topology, config, error, running=running)
     if denied is not None:
         return denied
     return StreamsError(f"could not {what}: {error.args[0].str()}")

@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
-from fluvial.kafka.security import AuthorizationError
+from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TIMEOUT_S = 60.0
+# Reading committed offsets is retried (5 attempts): a group the principal may not describe
+# makes the call wait for its coordinator until it times out, and the retry asks why.
+READ_OFFSETS_TIMEOUT_S = 15.0
 # A transactional client call still blocked after this long is taken as hung: the slot gives
 # up on its producer and restarts. Broker failovers settle within seconds.
 TXN_CALL_DEADLINE_S = 30.0
@@ -74,8 +77,12 @@ class Worker:
         stop: threading.Event | None = None,
         on_progress: Callable[[WorkerMetrics], None] | None = None,
         standby_task_ids: list[TaskId] | None = None,
+        confirm_owner: Callable[[], None] | None = None,
     ) -> None:
         self.slot = slot
+        # Raises if this worker's driver is no longer the application's current one; called
+        # right after the slot's transactional id is fenced (see fluvial.runtime.epoch).
+        self.confirm_owner = confirm_owner
         self.standby_task_ids = sorted(standby_task_ids or [])
         self.standbys: StandbyTasks | None = None
         self.global_tables: GlobalTables | None = None
@@ -123,6 +130,11 @@ class Worker:
                 ),
                 "init transactions",
             )
+            if self.confirm_owner is not None:
+                # After the fence, not before: a newer driver records itself before it fences
+                # the slots, so either its fence comes after ours (and this worker can commit
+                # nothing) or this check sees it.
+                self.confirm_owner()
         changelogs: set[str] = set()
         time_retained: set[str] = set()
         for sub in self.topology.subtopologies(self.config.application_id):
@@ -178,7 +190,8 @@ class Worker:
         if not tps:
             return result  # a worker with only standby tasks
         consumer = self._consumer
-        for tp in self._call(lambda: consumer.committed(tps, timeout=TIMEOUT_S), "read offsets"):
+        for tp in self._call(lambda: consumer.committed(tps, timeout=READ_OFFSETS_TIMEOUT_S),
+                             "read offsets"):  # fmt: skip
             if tp.error is not None:
                 raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
             if tp.offset >= 0:
@@ -237,8 +250,10 @@ class Worker:
                 for t in subs[task_id.subtopology].source_topics
             ]
             consumer = self._consumer
-            found = self._call(lambda c=consumer, q=tps: c.committed(q, timeout=TIMEOUT_S),
-                               "read offsets")  # fmt: skip
+            found = self._call(
+                lambda c=consumer, q=tps: c.committed(q, timeout=READ_OFFSETS_TIMEOUT_S),
+                "read offsets",
+            )
             committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
             if committed:
                 needed.update(self._needed_offsets(task, CommitMetadata.latest(committed)))
@@ -564,6 +579,13 @@ class Worker:
                         "tasks now, so this one stops and its open transaction is discarded"
                     ) from exc
                 if (error.retriable() or error.code() in TRANSIENT_ERRORS) and attempt < 4:
+                    if error.code() == KafkaError._TIMED_OUT and is_secured(
+                        self.config.client_config
+                    ):
+                        # A missing ACL can look like a timeout: never retry one for minutes.
+                        denied = self.unauthorized(exc)
+                        if denied is not None:
+                            raise denied from exc
                     log.warning("%s failed (%s); retrying", what, error.str())
                     time.sleep(0.2 * (attempt + 1))
                     continue

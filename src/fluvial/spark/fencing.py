@@ -29,6 +29,7 @@ from fluvial.runtime.epoch import (
     DriverEpoch,
     DriverFencedError,
     fence_slots,
+    fenced_message,
     read_driver_record,
 )
 from fluvial.runtime.worker import FencedError, is_fenced, kafka_error_of
@@ -84,11 +85,7 @@ def check_current_driver(run_id: str, topology: Topology, config: StreamsConfig)
         return
     record = read_driver_record(topology, config)
     if record is not None and record.run_id != run_id:
-        raise DriverFencedError(
-            f"a slot task of driver run {run_id} of application {config.application_id!r} "
-            f"stopped: a newer driver, {record.describe()}, took the application over. Its "
-            "driver stops too; the newer one goes on from the last commit."
-        )
+        raise DriverFencedError(fenced_message(config.application_id, run_id, record))
 
 
 def fatal_slot_error(

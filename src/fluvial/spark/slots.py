@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -300,14 +301,13 @@ def _take(
         # commit and lets go of the task directories.
         _fence(config, slot)
     _acquire_tasks(config, slots_dir, task_ids)
-    worker = Worker(slot, topology, config, task_ids)
+    confirm = None
+    if config.exactly_once:
+        # Again once the worker fenced the slot (see Worker.start).
+        confirm = partial(check_current_driver, plan.run_id, topology, config)
+    worker = Worker(slot, topology, config, task_ids, confirm_owner=confirm)
     try:
         worker.start()
-        if config.exactly_once:
-            # Again after our fence: a newer driver records itself before it fences the slots,
-            # so either its fence comes after ours (and this worker can commit nothing) or
-            # its record shows here.
-            check_current_driver(plan.run_id, topology, config)
     except BaseException:
         _close(worker, clean=False)
         raise
