@@ -534,7 +534,8 @@ def verify(
         str | None,
         typer.Option(
             help="Comma-separated fault kinds, one scenario each. local: kill-app,zombie,"
-            "kill-broker (the default); spark: kill-spark-worker,kill-app (the default),kill-broker"
+            "kill-broker (the default); spark: kill-spark-worker,kill-app,zombie (the default),"
+            "kill-broker"
         ),
     ] = None,
     fault_count: Annotated[int, typer.Option(help="Faults to inject per fault kind")] = 3,

@@ -210,8 +210,8 @@ class Application:
 
     def _driver_fenced(self, error: StreamsError) -> None:
         """Stop every slot without a last commit, with ``error`` as the reason."""
-        if error in self.errors:
-            return
+        if any(type(seen) is type(error) for seen in self.errors):
+            return  # every slot finds out: say it once
         log.error("%s", error)
         self.errors.insert(0, error)  # the reason the slots fail from now on
         for worker in self.workers:
