@@ -209,7 +209,10 @@ class SparkApplication:
             while not self.stop_event.is_set():
                 self.run_lease()
         except BaseException as error:  # reported by the runner; stops the application
-            log.exception("the Spark engine stopped")
+            if isinstance(error, StreamsError):  # says what happened: no traceback needed
+                log.error("the Spark engine stopped: %s", error)
+            else:
+                log.exception("the Spark engine stopped")
             self.errors.append(error)
             self.stop_event.set()
 
