@@ -2,8 +2,13 @@
 
 ``fluvial acls APP.py --principal User:NAME`` prints them and ``--apply`` creates them. Before
 an application starts against a secured cluster, :func:`check_access` asks the brokers which
-operations its principal may perform on its topics and group, so a missing ACL stops it at
-once with the rule to add, before anything is consumed or committed.
+operations its principal may perform on its topics and groups, so a missing ACL stops it at
+once with the rule to add, before anything is consumed or committed. (Its transactional ids
+are checked right after, when the driver claims its epoch: see :mod:`fluvial.runtime.epoch`.)
+
+An ACL that goes missing while the application runs (or that the start could not check) shows
+up as a failure inside a worker; :func:`authorization_error` turns it into the same clear,
+fatal :class:`~fluvial.kafka.security.AuthorizationError`, which engines never retry.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ from typing import Any
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, FluvialError
-from fluvial.kafka.security import KafkaSecurityError, principal_of
+from fluvial.kafka.security import AuthorizationError, is_secured, principal_of
 from fluvial.topology.topology import Topology
+
+#: How long a diagnosis of a failure may ask the brokers before it gives up.
+DIAGNOSIS_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, order=True)
@@ -51,8 +59,14 @@ def internal_prefix(config: StreamsConfig) -> str:
 
 
 def transactional_id_prefix(config: StreamsConfig) -> str:
-    # fluvial.runtime.worker.transactional_id: one id per slot, "<application_id>-slot-<N>".
-    return f"{config.application_id}-slot-"
+    # One prefix covers the driver's id ("<application_id>-driver", fluvial.runtime.epoch) and
+    # the slots' ("<application_id>-slot-<N>", fluvial.runtime.worker.transactional_id).
+    return f"{config.application_id}-"
+
+
+def driver_group(config: StreamsConfig) -> str:
+    """The group whose offset metadata holds the driver's epoch (fluvial.runtime.epoch)."""
+    return f"{config.application_id}-driver"
 
 
 def derive_acls(topology: Topology, config: StreamsConfig) -> list[AclRule]:
@@ -90,14 +104,15 @@ def derive_acls(topology: Topology, config: StreamsConfig) -> list[AclRule]:
     rules.add(
         AclRule("GROUP", "LITERAL", f"{app_id}-restore-unused", "DESCRIBE", "restore consumers")
     )
+    rules.update(_transactional_rules(config))
     if config.exactly_once:
         rules.add(
             AclRule(
-                "TRANSACTIONAL_ID",
-                "PREFIXED",
-                transactional_id_prefix(config),
-                "WRITE",
-                "one transactional id per worker slot",
+                "GROUP",
+                "LITERAL",
+                driver_group(config),
+                "READ",
+                "the driver's epoch: a newer driver of the application fences an older one",
             )
         )
     return sorted(rules)
@@ -151,18 +166,36 @@ def apply_acls(
 
 
 def check_access(topology: Topology, config: StreamsConfig) -> None:
-    """Stop with the missing rule if the principal cannot do what the topology needs.
+    """Stop with the missing rules if the principal cannot do what the topology needs.
 
     Asks the brokers for the operations the principal is authorized for on each existing
-    topic and on the group (Kafka's ``include_authorized_operations``).
+    topic and on each group (Kafka's ``include_authorized_operations``): any principal may ask
+    this of what it may describe, so no admin rights are needed.
     """
+    missing = missing_acls(topology, config)
+    if missing:
+        raise AuthorizationError(_explain(config, missing))
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A rule the principal lacks, for the resource ``name`` (``unseen``: it cannot even see it)."""
+
+    rule: AclRule
+    name: str
+    unseen: bool = False
+
+
+def missing_acls(
+    topology: Topology, config: StreamsConfig, *, timeout_s: float = 30.0
+) -> list[Missing]:
+    """The topic and group rules of :func:`derive_acls` that the principal lacks."""
     from confluent_kafka import KafkaException, TopicCollection
     from confluent_kafka.admin import AdminClient
 
-    principal = principal_of(config.client_config) or "this client's principal"
     rules = derive_acls(topology, config)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.client_config})
-    existing = set(admin.list_topics(timeout=15).topics)
+    existing = set(admin.list_topics(timeout=min(15.0, timeout_s)).topics)
     literal = {r.name for r in rules if r.resource_type == "TOPIC" and r.pattern == "LITERAL"}
     internal = {
         t.name
@@ -177,52 +210,148 @@ def check_access(topology: Topology, config: StreamsConfig) -> None:
     allowed: dict[str, set[str]] = {}
     if topics:
         futures = admin.describe_topics(
-            TopicCollection(topics), include_authorized_operations=True, request_timeout=30
+            TopicCollection(topics), include_authorized_operations=True, request_timeout=timeout_s
         )
         for name, future in futures.items():
             try:
                 ops = future.result().authorized_operations
-            except KafkaException:
+            except KafkaException as error:
+                if "AUTHORIZATION" not in error.args[0].name():
+                    continue  # unknown (a broker away): judge only what the brokers said
                 ops = []
-            allowed[name] = {op.name for op in ops or []}
-    missing: list[tuple[AclRule, str]] = []
+            if ops is not None:
+                allowed[name] = {op.name for op in ops}
+    missing: list[Missing] = []
     for rule in rules:
         if rule.resource_type != "TOPIC":
             continue
         names = [rule.name] if rule.pattern == "LITERAL" else sorted(internal & existing)
         for name in names:
             if name in unseen:
-                missing.append((rule, name))
+                missing.append(Missing(rule, name, unseen=True))
             elif name in allowed and not _implied(rule.operation, allowed[name]):
                 if rule.operation == "CREATE":
                     continue  # only needed while the topic does not exist
-                missing.append((rule, name))
+                missing.append(Missing(rule, name))
     for rule in rules:
         if rule.resource_type != "GROUP":
             continue
         try:
             [future] = admin.describe_consumer_groups(
-                [rule.name], include_authorized_operations=True, request_timeout=30
+                [rule.name], include_authorized_operations=True, request_timeout=timeout_s
             ).values()
             group_ops = {op.name for op in future.result().authorized_operations or []}
             if group_ops and not _implied(rule.operation, group_ops):
-                missing.append((rule, rule.name))
+                missing.append(Missing(rule, rule.name))
         except KafkaException as error:
             if "AUTHORIZATION" in error.args[0].name():
-                missing.append((rule, rule.name))
-    if missing:
-        lines = [
-            f"  {rule.operation} on {rule.resource_type.lower().replace('_', ' ')} {name!r} "
-            f"({rule.why}{'; the topic is missing or invisible to it' if name in unseen else ''})"
-            f": add  {rule.line(principal).split('  #')[0]}"
-            for rule, name in missing
-        ]
-        raise KafkaSecurityError(
-            f"{principal} is not authorized for what application {config.application_id!r} "
-            "needs on " + config.bootstrap_servers + ":\n" + "\n".join(lines) + "\n"
-            f"Create them as an admin: fluvial acls APP.py --principal {principal} --apply "
-            "--client-config ADMIN.properties"
+                missing.append(Missing(rule, rule.name))
+    return missing
+
+
+def _transactional_rules(config: StreamsConfig) -> list[AclRule]:
+    """The rule that covers the application's transactional ids (exactly-once only)."""
+    if not config.exactly_once:
+        return []
+    return [
+        AclRule(
+            "TRANSACTIONAL_ID",
+            "PREFIXED",
+            transactional_id_prefix(config),
+            "WRITE",
+            "exactly-once: the driver's and each worker slot's transactional ids",
         )
+    ]
+
+
+def _explain(config: StreamsConfig, missing: list[Missing], *, while_running: str = "") -> str:
+    principal = principal_of(config.client_config) or "this client's principal"
+    lines = []
+    for m in missing:
+        kind = m.rule.resource_type.lower().replace("_", " ")
+        note = (
+            "; this principal cannot see the topic: no ACL lets it describe it, or it does not "
+            "exist"
+            if m.unseen
+            else ""
+        )
+        lines.append(
+            f"  {m.rule.operation} on {kind} {m.name!r} ({m.rule.why}{note}): "
+            f"add  {m.rule.line(principal).split('  #')[0]}"
+        )
+    return (
+        f"{principal} is not authorized for what application {config.application_id!r} needs "
+        f"on {config.bootstrap_servers}{while_running}:\n" + "\n".join(lines) + "\n"
+        f"Create them as an admin: fluvial acls APP.py --principal {principal} --apply "
+        "--client-config ADMIN.properties"
+    )
+
+
+#: Kafka errors that mean "the authorizer said no".
+AUTHORIZATION_ERRORS = (
+    "TOPIC_AUTHORIZATION_FAILED",
+    "GROUP_AUTHORIZATION_FAILED",
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED",
+)
+
+
+def authorization_error(
+    topology: Topology, config: StreamsConfig, failure: BaseException, *, running: bool = True
+) -> AuthorizationError | None:
+    """The clear, fatal error for a failure that a missing ACL caused; ``None`` for any other.
+
+    Kafka's error rarely names the resource (a transaction whose records the broker refused
+    fails as "N message(s) failed delivery"), so the principal's rights are asked of the
+    brokers, as at start, to name every missing rule. A failure that only hides a refusal (a
+    delivery failure, a timeout) counts as one on a secured cluster, and only if that shows a
+    rule missing.
+    """
+    if isinstance(failure, AuthorizationError):
+        return failure
+    text = _chain_text(failure)
+    lowered = text.lower()
+    denied = any(code in text for code in AUTHORIZATION_ERRORS) or "authorization failed" in lowered
+    hidden = is_secured(config.client_config) and (
+        "failed delivery" in lowered or "timed out" in lowered
+    )
+    if not denied and not hidden:
+        return None
+    try:
+        missing = missing_acls(topology, config, timeout_s=DIAGNOSIS_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the diagnosis is best effort; the failure stands
+        missing = []
+    if (
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in text
+        or "transactional id authorization" in lowered
+    ):
+        missing += [Missing(rule, rule.name) for rule in _transactional_rules(config)]
+    if missing:
+        found = " (found while running)" if running else ""
+        return AuthorizationError(_explain(config, missing, while_running=found))
+    if not denied:
+        return None
+    principal = principal_of(config.client_config) or "this client's principal"
+    first = text.splitlines()[0] if text else repr(failure)
+    return AuthorizationError(
+        f"{principal} was refused by Kafka's authorizer {'while running' if running else 'starting'} application "
+        f"{config.application_id!r} on {config.bootstrap_servers}: {first[:500]}. See the ACLs "
+        f"it needs with: fluvial acls APP.py --principal {principal} (add --apply, as an admin, "
+        "to create them)"
+    )
+
+
+def _chain_text(failure: BaseException) -> str:
+    """Every message of an exception and its causes, the Kafka error names included."""
+    parts = []
+    seen: BaseException | None = failure
+    while seen is not None and len(parts) < 10:
+        if seen.args and hasattr(seen.args[0], "name") and hasattr(seen.args[0], "str"):
+            parts.append(f"{seen.args[0].name()}: {seen.args[0].str()}")  # a KafkaError
+        else:
+            parts.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(p for p in parts if p)
 
 
 def _implied(operation: str, allowed: set[str]) -> bool:

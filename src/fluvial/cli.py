@@ -429,8 +429,9 @@ def acls(
     """Print the ACLs an application needs, derived from its topology; --apply creates them.
 
     Read on its inputs, write on its outputs and dead-letter topic, create/read/write on its
-    internal topics (prefix APPLICATION_ID-), read on its consumer group, and write on its
-    transactional ids (prefix APPLICATION_ID-slot-) under exactly-once.
+    internal topics (prefix APPLICATION_ID-), read on its consumer group, and under
+    exactly-once write on its transactional ids (prefix APPLICATION_ID-) and read on the
+    driver's group (APPLICATION_ID-driver).
     """
     from fluvial.acls import apply_acls, derive_acls, parse_principal
     from fluvial.config import StreamsConfig
@@ -534,7 +535,8 @@ def verify(
         str | None,
         typer.Option(
             help="Comma-separated fault kinds, one scenario each. local: kill-app,zombie,"
-            "kill-broker (the default); spark: kill-spark-worker,kill-app (the default),kill-broker"
+            "kill-broker (the default); spark: kill-spark-worker,kill-app,zombie (the default),"
+            "kill-broker"
         ),
     ] = None,
     fault_count: Annotated[int, typer.Option(help="Faults to inject per fault kind")] = 3,

@@ -169,6 +169,7 @@ class Runner:
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    workers: int | None = None  # --workers: the number of slots
 
     def start(self, *, prometheus_port: int | None = None) -> None:
         cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local"]
@@ -190,6 +191,8 @@ class Runner:
         }
         if prometheus_port:
             cmd = [*cmd, "--prometheus-port", str(prometheus_port)]
+        if self.workers:
+            cmd = [*cmd, "--workers", str(self.workers)]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:

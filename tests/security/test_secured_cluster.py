@@ -1,8 +1,9 @@
 """fluvial against a secured Kafka: SASL_SSL with SCRAM-SHA-512, TLS, and enforced ACLs.
 
-The application's principal holds exactly the ACLs ``fluvial acls`` derives; a missing ACL and
-a wrong password stop it at once with an error that says what to fix; and no password or key
-ever shows in a log, an output, a metric or a command line.
+The application's principal holds exactly the ACLs ``fluvial acls`` derives; a wrong password
+stops it at once with an error that says what to fix (a missing ACL too: see
+``test_missing_acls.py``); and no password or key ever shows in a log, an output, a metric or a
+command line.
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     assert acls_of(cluster, principal) == as_tuples(expected)
     assert ("TOPIC", "LITERAL", input_topic, "READ") in as_tuples(expected)
     assert ("TOPIC", "LITERAL", output_topic, "WRITE") in as_tuples(expected)
-    assert ("TRANSACTIONAL_ID", "PREFIXED", f"{app_id}-slot-", "WRITE") in as_tuples(expected)
+    assert ("TRANSACTIONAL_ID", "PREFIXED", f"{app_id}-", "WRITE") in as_tuples(expected)
+    assert ("GROUP", "LITERAL", f"{app_id}-driver", "READ") in as_tuples(expected)
     for rule in expected:
         assert rule.line(principal) in applied.stdout
 
@@ -258,51 +260,6 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     if engine == "spark":
         assert any("pyspark.daemon" in line for line in command_lines), "and Spark's workers"
     assert_no_secrets(cluster, outputs)
-
-
-def test_missing_write_acl_stops_at_once_naming_topic_and_acl(
-    secure_cluster: SecureCluster, unique_name, tmp_path: Path, command_lines: set[str]
-) -> None:
-    cluster = secure_cluster
-    user = cluster.new_user("nowrite")
-    principal = f"User:{user}"
-    app_id = unique_name("nowrite")
-    input_topic = cluster.create_topic(unique_name("pageviews"))
-    output_topic = cluster.create_topic(unique_name("counts"))
-    env = app_env(cluster, app_id, input_topic, output_topic, tmp_path / "state")
-    os.environ.update(env)
-    try:
-        loaded = load_app(APP)
-    finally:
-        for key in env:
-            os.environ.pop(key)
-    from fluvial.acls import apply_acls
-
-    rules = [
-        r for r in derive_acls(loaded.topology, loaded.config)
-        if not (r.name == output_topic and r.operation == "WRITE")
-    ]  # fmt: skip
-    apply_acls(rules, principal, cluster.bootstrap, cluster.admin())
-    secure_io.produce(
-        cluster.bootstrap, cluster.admin(), input_topic,
-        generate_views(seed=3, count=200, start_ms=event_time_base_ms()),
-    )  # fmt: skip
-    runner = Runner(
-        cluster.bootstrap, app_id, input_topic, output_topic, tmp_path / "state",
-        extra_env={**env, "FLUVIAL_KAFKA_CLIENT_CONFIG": str(cluster.properties_file(user))},
-    )  # fmt: skip
-    runner.start()
-    code, output = error_within_30s(runner, "not authorized")
-    assert code != 0
-    assert "not authorized" in output, output
-    assert f"WRITE on topic '{output_topic}'" in output, output
-    assert f"ALLOW {principal} WRITE" in output, output
-    # Nothing was committed: no offsets, and no record (committed or not) in the output.
-    admin = cluster.admin()
-    assert secure_io.committed_offset(cluster.bootstrap, admin, app_id, input_topic) < 0
-    records, high = secure_io.read_all(cluster.bootstrap, admin, output_topic, committed=False)
-    assert records == [] and high == 0
-    assert_no_secrets(cluster, {"run output": output})
 
 
 def test_wrong_password_fails_fast_with_an_authentication_error(

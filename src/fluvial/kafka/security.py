@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fluvial.errors import ConfigError, FluvialError, KafkaSetupError
+from fluvial.errors import ConfigError, FluvialError, KafkaSetupError, StreamsError
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 #: A librdkafka properties file (``key=value`` lines) with the client settings.
@@ -156,6 +156,11 @@ def _jaas_quote(value: str) -> str:
 
 class KafkaSecurityError(FluvialError):
     """Kafka refused the client: wrong credentials, an untrusted certificate, or missing ACLs."""
+
+
+class AuthorizationError(KafkaSecurityError, StreamsError):
+    """The application's principal lacks an ACL it needs. Fatal: retrying cannot grant it, so
+    engines stop the application instead of restarting its workers."""
 
 
 def check_connection(

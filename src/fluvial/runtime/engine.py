@@ -6,23 +6,23 @@ Spark engine; only the scheduling differs. Here each slot is a worker thread.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from pathlib import Path
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, StreamsError
+from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
-from fluvial.runtime.clients import producer_settings
+from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
-from fluvial.runtime.worker import FencedError, Worker, check_metadata_fits, transactional_id
+from fluvial.runtime.worker import FencedError, Worker, check_metadata_fits
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -58,26 +58,6 @@ def assign_slots(tasks: list[TaskId], slots: int) -> dict[int, list[TaskId]]:
     for task in sorted(tasks, key=lambda t: (t.partition, t.subtopology)):
         assignment[task.partition % slots].append(task)
     return assignment
-
-
-def fence_stale_slots(config: StreamsConfig, slots: int) -> None:
-    """Fence the transactional ids of slots an earlier run had and this one does not.
-
-    Any slot this run keeps is fenced by its own worker at start. Slots beyond the current
-    count would otherwise let a zombie of the earlier run commit for tasks that moved.
-    """
-    record = Path(config.state_dir) / config.application_id / "slots.json"
-    previous = 0
-    if record.exists():
-        previous = int(json.loads(record.read_text()).get("slots", 0))
-    if config.exactly_once:
-        for slot in range(slots, previous):
-            producer = Producer(producer_settings(config, transactional_id(config.application_id,
-                                                                           slot)))  # fmt: skip
-            producer.init_transactions(60)
-            producer.flush(5)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"slots": max(slots, previous)}))
 
 
 def assign_standbys(assignment: dict[int, list[TaskId]], replicas: int) -> dict[int, list[TaskId]]:
@@ -121,6 +101,10 @@ class Application:
         self._threads: list[threading.Thread] = []
         self.task_ids: list[TaskId] = []
         self._queries: LocalQueries | None = None
+        self.run_id = uuid.uuid4().hex[:12]
+        #: Under exactly-once, this driver's claim on the application (one driver at a time).
+        self.epoch: DriverEpoch | None = None
+        self._epoch_lock = threading.Lock()
 
     def start(self) -> None:
         check_commit_metadata(self.topology, self.config)
@@ -132,10 +116,16 @@ class Application:
             # directory: it could never speed up a failover, so the local engine keeps none.
             log.warning("num_standby_replicas=%d has no effect with the local engine: every "
                         "task already runs on this machine", self.config.num_standby_replicas)  # fmt: skip
-        fence_stale_slots(self.config, slots)
+        if self.config.exactly_once:
+            # Fences an earlier driver of the application and every slot id it may use.
+            self.epoch = DriverEpoch(self.topology, self.config, self.run_id)
+            self.epoch.claim(slots)
+            self._threads.append(threading.Thread(target=self._watch_epoch,
+                                                  name="fluvial-driver-epoch", daemon=True))  # fmt: skip
         for slot, task_ids in assign_slots(self.task_ids, slots).items():
             worker = Worker(slot, self.topology, self.config, task_ids,
-                            stop=self.stop_event, on_progress=self.on_progress)  # fmt: skip
+                            stop=self.stop_event, on_progress=self.on_progress,
+                            confirm_owner=self._confirm_epoch if self.epoch else None)  # fmt: skip
             self.workers.append(worker)
             thread = threading.Thread(
                 target=self._run_worker, args=(worker,), name=f"fluvial-slot-{slot}", daemon=True
@@ -151,7 +141,26 @@ class Application:
             try:
                 worker.run()
                 return
-            except (FencedError, ChangelogGapError) as error:
+            except DriverFencedError as error:
+                self._driver_fenced(error)
+                return
+            except FencedError as error:
+                # A newer driver took over (then stop), or a slot task of an older driver that
+                # has yet to notice fenced this one once: this driver's epoch stands, so the
+                # slot starts again and fences it back.
+                fenced = self._check_epoch()
+                if fenced is not None:
+                    self._driver_fenced(fenced)
+                    return
+                restarts += 1
+                if restarts > MAX_RESTARTS:
+                    self.errors.append(error)
+                    self.stop_event.set()
+                    return
+                log.warning("slot %d: %s; this driver is still the current one, so the slot "
+                            "starts again", worker.slot, error)  # fmt: skip
+            except (ChangelogGapError, AuthorizationError) as error:
+                # Fatal: restarting cannot help.
                 log.error("%s", error)
                 self.errors.append(error)
                 self.stop_event.set()
@@ -176,11 +185,57 @@ class Application:
                 log.warning("slot %d failed (%s); restarting from the last commit",
                             worker.slot, error)  # fmt: skip
                 time.sleep(min(5.0, 0.5 * restarts))
+                # A driver that a newer one fenced meanwhile must not take its slot back.
+                fenced = self._check_epoch()
+                if fenced is not None:
+                    self._driver_fenced(fenced)
+                    return
             except BaseException as error:  # a bug or a fatal error: stop everything
                 log.exception("slot %d failed", worker.slot)
                 self.errors.append(error)
                 self.stop_event.set()
                 return
+
+    def _watch_epoch(self) -> None:
+        """Prove every few seconds that no newer driver took over; stop if one did.
+
+        The slots' transactional ids already keep a fenced driver from committing; this also
+        stops its idle slots, which never try to commit.
+        """
+        while not self.stop_event.wait(CHECK_INTERVAL_S):
+            error = self._check_epoch()
+            if error is not None:
+                self._driver_fenced(error)
+                return
+
+    def _driver_fenced(self, error: StreamsError) -> None:
+        """Stop every slot without a last commit, with ``error`` as the reason."""
+        if any(type(seen) is type(error) for seen in self.errors):
+            return  # every slot finds out: say it once
+        log.error("%s", error)
+        self.errors.insert(0, error)  # the reason the slots fail from now on
+        for worker in self.workers:
+            worker.commit_on_stop = False  # their transactional ids are fenced too
+        self.stop_event.set()
+
+    def _confirm_epoch(self) -> None:
+        """Raise :class:`DriverFencedError` if a newer driver took over (see Worker.start)."""
+        error = self._check_epoch()
+        if error is not None:
+            raise error
+
+    def _check_epoch(self) -> StreamsError | None:
+        """The fatal error if this driver lost its epoch or its rights; ``None`` otherwise."""
+        if self.epoch is None:
+            return None
+        try:
+            with self._epoch_lock:
+                self.epoch.check()
+        except (DriverFencedError, AuthorizationError) as error:
+            return error
+        except Exception as error:  # a broker away for a while: the next check tells
+            log.warning("could not check the driver epoch: %s", error)
+        return None
 
     @property
     def running(self) -> bool:
@@ -198,6 +253,8 @@ class Application:
         """Ask every worker to commit and stop, and wait for them."""
         self.stop_event.set()
         self.wait(timeout_s)
+        if self.epoch is not None:
+            self.epoch.close()
 
     def raise_if_failed(self) -> None:
         if self.errors:

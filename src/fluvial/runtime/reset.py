@@ -1,7 +1,7 @@
 """The application reset tool: reprocess from scratch.
 
 Deletes the application's committed offsets (its consumer group, so every input is read again
-from the earliest offset), its internal topics, and its local state.
+from the earliest offset), its driver record, its internal topics, and its local state.
 """
 
 from __future__ import annotations
@@ -50,12 +50,14 @@ def reset_application(
             )
     except KafkaException:
         pass  # no such group: nothing committed yet
-    try:
-        admin.delete_consumer_groups([application_id])[application_id].result()
-        report.group_deleted = True
-    except KafkaException as error:
-        if error.args[0].name() not in ("GROUP_ID_NOT_FOUND", "NOT_COORDINATOR"):
-            raise FluvialError(f"could not delete the committed offsets: {error}") from None
+    # The application's committed offsets, and its driver record (fluvial.runtime.epoch).
+    for group in (application_id, f"{application_id}-driver"):
+        try:
+            admin.delete_consumer_groups([group])[group].result()
+            report.group_deleted |= group == application_id
+        except KafkaException as error:
+            if error.args[0].name() not in ("GROUP_ID_NOT_FOUND", "NOT_COORDINATOR"):
+                raise FluvialError(f"could not delete group {group!r}: {error}") from None
     prefix = f"{application_id}-"
     topics = sorted(
         name

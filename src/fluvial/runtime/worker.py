@@ -23,8 +23,10 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
+from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TIMEOUT_S = 60.0
+# Reading committed offsets is retried (5 attempts): a group the principal may not describe
+# makes the call wait for its coordinator until it times out, and the retry asks why.
+READ_OFFSETS_TIMEOUT_S = 15.0
 # A transactional client call still blocked after this long is taken as hung: the slot gives
 # up on its producer and restarts. Broker failovers settle within seconds.
 TXN_CALL_DEADLINE_S = 30.0
@@ -73,8 +78,12 @@ class Worker:
         stop: threading.Event | None = None,
         on_progress: Callable[[WorkerMetrics], None] | None = None,
         standby_task_ids: list[TaskId] | None = None,
+        confirm_owner: Callable[[], None] | None = None,
     ) -> None:
         self.slot = slot
+        # Raises if this worker's driver is no longer the application's current one; called
+        # right after the slot's transactional id is fenced (see fluvial.runtime.epoch).
+        self.confirm_owner = confirm_owner
         self.standby_task_ids = sorted(standby_task_ids or [])
         self.standbys: StandbyTasks | None = None
         self.global_tables: GlobalTables | None = None
@@ -84,6 +93,8 @@ class Worker:
         self.stop_event = stop or threading.Event()
         self.on_progress = on_progress
         self.metrics = WorkerMetrics(slot)
+        #: Whether :meth:`run` commits when stopped; not when its driver was fenced.
+        self.commit_on_stop = True
         self.state_root = Path(config.state_dir) / config.application_id
         self.eos = config.exactly_once
         self.tasks: dict[TaskId, StreamTask] = {}
@@ -120,6 +131,11 @@ class Worker:
                 ),
                 "init transactions",
             )
+            if self.confirm_owner is not None:
+                # After the fence, not before: a newer driver records itself before it fences
+                # the slots, so either its fence comes after ours (and this worker can commit
+                # nothing) or this check sees it.
+                self.confirm_owner()
         changelogs: set[str] = set()
         time_retained: set[str] = set()
         for sub in self.topology.subtopologies(self.config.application_id):
@@ -180,7 +196,8 @@ class Worker:
         if not tps:
             return result  # a worker with only standby tasks
         consumer = self._consumer
-        for tp in self._call(lambda: consumer.committed(tps, timeout=TIMEOUT_S), "read offsets"):
+        for tp in self._call(lambda: consumer.committed(tps, timeout=READ_OFFSETS_TIMEOUT_S),
+                             "read offsets"):  # fmt: skip
             if tp.error is not None:
                 raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
             if tp.offset >= 0:
@@ -242,8 +259,10 @@ class Worker:
                 for t in subs[task_id.subtopology].source_topics
             ]
             consumer = self._consumer
-            found = self._call(lambda c=consumer, q=tps: c.committed(q, timeout=TIMEOUT_S),
-                               "read offsets")  # fmt: skip
+            found = self._call(
+                lambda c=consumer, q=tps: c.committed(q, timeout=READ_OFFSETS_TIMEOUT_S),
+                "read offsets",
+            )
             committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
             if committed:
                 needed.update(self._needed_offsets(task, CommitMetadata.latest(committed)))
@@ -324,7 +343,13 @@ class Worker:
                     # Fenced or already aborted is fine: nothing of it becomes visible.
                     with contextlib.suppress(KafkaException):
                         self._producer.abort_transaction(5)
-                self._producer.flush(5)
+                if clean:
+                    self._producer.flush(5)
+                else:
+                    # A fenced producer raises here; the failure that led here is the one to
+                    # report, not this.
+                    with contextlib.suppress(KafkaException):
+                        self._producer.flush(5)
                 self._producer = None
                 self._collector = None  # it holds the producer too
 
@@ -340,14 +365,23 @@ class Worker:
                 self.run_once()
         except BaseException as exc:
             self.close(clean=False)
-            error = _kafka_error(exc)
-            if error is not None and _is_fenced(error):
+            error = kafka_error_of(exc)
+            if error is not None and is_fenced(error):
                 raise FencedError(
                     f"slot {self.slot} was fenced: a newer instance runs its tasks now, so this "
                     "one stops and its open transaction is discarded"
                 ) from exc
+            denied = self.unauthorized(exc)
+            if denied is not None and denied is not exc:
+                raise denied from exc
             raise
-        self.close(clean=True)
+        self.close(clean=self.commit_on_stop)
+
+    def unauthorized(self, failure: BaseException) -> AuthorizationError | None:
+        """The clear, fatal error if a missing ACL caused ``failure`` (see fluvial.acls)."""
+        if not isinstance(failure, Exception):
+            return None
+        return authorization_error(self.topology, self.config, failure)
 
     def run_for(self, seconds: float) -> None:
         """Run the loop for a while (a lease), leaving the worker open for the next one."""
@@ -367,6 +401,9 @@ class Worker:
             if error is not None:
                 if error.fatal():
                     raise StreamsError(f"the consumer failed: {error.str()}")
+                if error.name() in AUTHORIZATION_ERRORS:
+                    # Never retried by the consumer: left alone, the slot would wait for ever.
+                    raise KafkaException(error)
                 log.warning("consumer: %s", error.str())
                 continue
             tp = (msg.topic(), msg.partition())
@@ -545,16 +582,23 @@ class Worker:
             try:
                 return action()
             except (KafkaException, SystemError) as exc:
-                found = _kafka_error(exc)
+                found = kafka_error_of(exc)
                 if found is None:
                     raise
                 error: KafkaError = found
-                if _is_fenced(error):
+                if is_fenced(error):
                     raise FencedError(
                         f"slot {self.slot} was fenced during {what}: a newer instance runs its "
                         "tasks now, so this one stops and its open transaction is discarded"
                     ) from exc
-                if (error.retriable() or error.code() in _TRANSIENT) and attempt < 4:
+                if (error.retriable() or error.code() in TRANSIENT_ERRORS) and attempt < 4:
+                    if error.code() == KafkaError._TIMED_OUT and is_secured(
+                        self.config.client_config
+                    ):
+                        # A missing ACL can look like a timeout: never retry one for minutes.
+                        denied = self.unauthorized(exc)
+                        if denied is not None:
+                            raise denied from exc
                     log.warning("%s failed (%s); retrying", what, error.str())
                     time.sleep(0.2 * (attempt + 1))
                     continue
@@ -639,7 +683,7 @@ class Worker:
 
 
 # Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.
-_TRANSIENT = (
+TRANSIENT_ERRORS = (
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -648,7 +692,7 @@ _TRANSIENT = (
 )
 
 
-def _kafka_error(exc: BaseException) -> KafkaError | None:
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
     """The Kafka error behind an exception, if any.
 
     A fatal producer error can surface from inside a delivery callback as a ``SystemError``
@@ -662,12 +706,13 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
-def _is_fenced(error: KafkaError) -> bool:
+def is_fenced(error: KafkaError) -> bool:
+    """A newer producer took the transactional id over. (A transactional id the principal may
+    not use is no fencing: that is an authorization error, see fluvial.acls.)"""
     return error.code() in (
         KafkaError._FENCED,
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ) or (error.fatal() and "fenced" in error.str().lower())
 
 

@@ -34,12 +34,12 @@ from fluvial.runtime.engine import (
     assign_slots,
     assign_standbys,
     check_commit_metadata,
-    fence_stale_slots,
     plan_tasks,
 )
 from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
+from fluvial.spark.fencing import LeaseFencing, raise_fatal
 from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
 from fluvial.topology.topology import Topology
 
@@ -138,6 +138,7 @@ class SparkApplication:
         self.errors: list[BaseException] = []
         self.task_ids: list[TaskId] = []
         self.run_id = uuid.uuid4().hex[:12]
+        self._fencing = LeaseFencing(self.topology, self.config, self.run_id)
         self.leases = 0
         self.layout: dict[int, list[TaskId]] = {}
         #: Standby tasks per slot (``num_standby_replicas``), never on a task's active slot.
@@ -174,6 +175,7 @@ class SparkApplication:
         check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
+        self._fencing.claim()  # before paying for a JVM, like the checks above
         if self._spark is None:
             from fluvial.spark.session import local_spark_session
 
@@ -210,7 +212,10 @@ class SparkApplication:
             while not self.stop_event.is_set():
                 self.run_lease()
         except BaseException as error:  # reported by the runner; stops the application
-            log.exception("the Spark engine stopped")
+            if isinstance(error, StreamsError):  # says what happened: no traceback needed
+                log.error("the Spark engine stopped: %s", error)
+            else:
+                log.exception("the Spark engine stopped")
             self.errors.append(error)
             self.stop_event.set()
 
@@ -242,6 +247,7 @@ class SparkApplication:
         if self._views is not None:
             self._views.close()
             self._views = None
+        self._fencing.close()
 
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""
@@ -275,13 +281,9 @@ class SparkApplication:
         slots = self.desired_slots()
         if not initial and slots == len(self.layout):
             return
-        if initial:
-            fence_stale_slots(self.config, slots)
-        else:
-            # Tasks move between slots: fence every old holder before any new one starts, so
-            # no zombie of the old layout can commit for a task that moved.
+        if not initial:
             log.warning("slots: %d -> %d (cluster cores changed)", len(self.layout), slots)
-            fence_stale_slots(self.config, 0)
+        self._fencing.layout(slots, initial=initial)
         self.layout = assign_slots(self.task_ids, slots)
         replicas = self.config.num_standby_replicas
         if replicas and replicas > slots - 1:
@@ -301,6 +303,7 @@ class SparkApplication:
         """Run one lease of every slot as one Spark job; return what each slot reported."""
         assert self._rdd is not None
         self._relayout()
+        self._fencing.before_lease(len(self.layout))  # a driver a newer one fenced stops here
         self.leases += 1
         plan = LeasePlan(
             run_id=self.run_id,
@@ -330,6 +333,10 @@ class SparkApplication:
             self._lease_failed(error)
             return []
         self._failed_in_a_row = 0
+        for result in results:
+            if result.fatal is not None:
+                self._append_log({"lease": self.leases, "failed": str(result.fatal)[:300]})
+        raise_fatal(results)
         for result in results:
             self._expected[result.slot] = result.incarnation
             self._record(result)

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -45,6 +46,7 @@ from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import copies_worth_taking, standby_root
 from fluvial.runtime.worker import Worker, transactional_id
+from fluvial.spark.fencing import check_current_driver, fatal_slot_error
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,8 @@ class LeaseResult:
     python: str = ""
     # Changelog records the slot's standby stores had not applied at the end: task -> store.
     standby_lags: dict[str, dict[str, int]] = field(default_factory=dict)
+    # An error no retry can mend (a missing ACL, a newer driver): the driver stops with it.
+    fatal: Exception | None = None
 
 
 @dataclass
@@ -175,7 +179,10 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
     _start_janitor()
     config = _executor_config(plan.config)
     started = time.monotonic()
-    entry, reused = _take(plan, source, config, slot, attempt)
+    try:
+        entry, reused = _take(plan, source, config, slot, attempt)
+    except Exception as error:
+        return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     worker = entry.worker
     query_endpoint = _serve_queries(plan, source, config, entry)
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
@@ -190,9 +197,11 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             worker.commit()
             # The ends seen in fetches: no broker round trip on the lease's path.
             worker.refresh_standby_lag(fresh=False)
-    except BaseException:
+    except BaseException as error:
         _discard(entry, clean=False)
-        raise
+        if not isinstance(error, Exception):
+            raise
+        return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     after = _snapshot(worker.metrics)
     metrics = {n: after[n] - before[n] for n in _COUNTERS}
     metrics.update({n: float(getattr(worker.metrics, n)) for n in _GAUGES})
@@ -216,6 +225,27 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             _entries.pop((entry.app_id, slot), None)
         entry.busy = False
     return result
+
+
+def _fatal_or_raise(
+    plan: LeasePlan,
+    source: AppSource,
+    config: StreamsConfig,
+    slot: int,
+    attempt: int,
+    started: float,
+    error: Exception,
+) -> LeaseResult:
+    """Report an error no retry can mend as the task's result; raise any other (Spark retries)."""
+    fatal = fatal_slot_error(plan.run_id, _topology(source), config, error)
+    if fatal is None:
+        raise error
+    log.error("slot %d: %s", slot, fatal)
+    return LeaseResult(
+        slot=slot, host=socket.gethostname(), pid=os.getpid(), incarnation="", attempt=attempt,
+        reused=False, seconds=time.monotonic() - started, start_seconds=0.0, metrics={},
+        task_metrics={}, python=sys.executable, fatal=fatal,
+    )  # fmt: skip
 
 
 def _serve_queries(
@@ -285,6 +315,8 @@ def _take(
     _write_pid(slots_dir, slot)
     _write_generation(slots_dir, run_key)
     if config.exactly_once:
+        # A task of a driver that a newer one replaced must not take the slot back from it.
+        check_current_driver(plan.run_id, topology, config)
         # Fence before waiting: a holder still running (a zombie) then fails at its next
         # commit and lets go of the task directories.
         _fence(config, slot)
@@ -297,7 +329,13 @@ def _take(
     # came here from a lost executor) is worth asking its holder for: the Worker takes it over.
     copies = copies_worth_taking(topology, config, root, task_ids) if config.exactly_once else []
     _await_handoff(root, slots_dir, copies)
-    worker = Worker(slot, topology, config, task_ids, standby_task_ids=standby_ids)
+    confirm = None
+    if config.exactly_once:
+        # Again once the worker fenced the slot (see Worker.start).
+        confirm = partial(check_current_driver, plan.run_id, topology, config)
+    worker = Worker(
+        slot, topology, config, task_ids, standby_task_ids=standby_ids, confirm_owner=confirm
+    )
     try:
         worker.start()
     except BaseException:

@@ -4,7 +4,8 @@ Faults are injected for real while a seeded input flows into a three-broker clus
 
 - ``kill-app``: ``kill -9`` of the ``fluvial run`` process (under Spark, of the driver with its
   JVM and Python workers), then a restart;
-- ``zombie``: ``SIGSTOP`` of the app, a successor fences it, then ``SIGCONT`` (local engine);
+- ``zombie``: ``SIGSTOP`` of the app, a successor (a second driver) fences it, then
+  ``SIGCONT``: the zombie must stop by itself (both engines);
 - ``kill-broker``: ``kill -9`` of the leader of an input partition, then a restart;
 - ``kill-spark-worker``: ``kill -9`` of the PySpark Python worker running a slot, so Spark
   retries the task and the new attempt fences the killed one (Spark engine).
@@ -32,11 +33,11 @@ from fluvial.verify.scenario import Scenario, default_timeout_s
 
 DEFAULT_FAULTS = {
     "local": ("kill-app", "zombie", "kill-broker"),
-    "spark": ("kill-spark-worker", "kill-app"),
+    "spark": ("kill-spark-worker", "kill-app", "zombie"),
 }
 ENGINE_FAULTS = {
     "local": ("kill-app", "zombie", "kill-broker"),
-    "spark": ("kill-spark-worker", "kill-app", "kill-broker"),
+    "spark": ("kill-spark-worker", "kill-app", "zombie", "kill-broker"),
 }
 # Spark runs: leases short enough that several fit between faults.
 SPARK_LEASE_MS = 4000

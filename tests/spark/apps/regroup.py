@@ -24,4 +24,6 @@ config = StreamsConfig(
     processing_guarantee=os.environ.get("FLUVIAL_TEST_GUARANTEE", "exactly_once_v2"),
     commit_interval_ms=int(os.environ.get("FLUVIAL_TEST_COMMIT_MS", "500")),
     state_dir=os.environ["FLUVIAL_TEST_STATE_DIR"],
+    # 0 turns the record cache off: every record then yields exactly one revision.
+    cache_max_bytes=int(os.environ.get("FLUVIAL_TEST_CACHE_BYTES", 10 * 1024 * 1024)),
 )
