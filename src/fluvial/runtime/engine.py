@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException, Producer
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.processor.collector import TaskId
+from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
@@ -121,6 +122,8 @@ class Application:
         self._threads: list[threading.Thread] = []
         self.task_ids: list[TaskId] = []
         self._queries: LocalQueries | None = None
+        #: Set before :meth:`start` to tell a reader process where every task stands.
+        self.task_board: TaskBoard | None = None
 
     def start(self) -> None:
         check_commit_metadata(self.topology, self.config)
@@ -133,9 +136,14 @@ class Application:
             log.warning("num_standby_replicas=%d has no effect with the local engine: every "
                         "task already runs on this machine", self.config.num_standby_replicas)  # fmt: skip
         fence_stale_slots(self.config, slots)
-        for slot, task_ids in assign_slots(self.task_ids, slots).items():
+        assignment = assign_slots(self.task_ids, slots)
+        board = self.task_board
+        if board is not None:
+            board.publish(self.config.application_id, assignment)
+        for slot, task_ids in assignment.items():
             worker = Worker(slot, self.topology, self.config, task_ids,
-                            stop=self.stop_event, on_progress=self.on_progress)  # fmt: skip
+                            stop=self.stop_event, on_progress=self.on_progress,
+                            task_listener=board.update if board is not None else None)  # fmt: skip
             self.workers.append(worker)
             thread = threading.Thread(
                 target=self._run_worker, args=(worker,), name=f"fluvial-slot-{slot}", daemon=True

@@ -25,6 +25,7 @@ import hmac
 import inspect
 import ipaddress
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -100,8 +101,13 @@ def make_app(
     token: str | None = None,
     collectors: Iterable[Collector] = (),
     queries_enabled: bool = True,
+    internal: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[Starlette, QueryMetrics]:
-    """The Starlette application; ``service`` None serves ``/metrics`` and ``/health`` only."""
+    """The Starlette application; ``service`` None serves ``/metrics`` and ``/health`` only.
+
+    ``internal`` adds JSON routes (path to a function giving the body) behind the same token:
+    the application process answers its reader process there.
+    """
     registry = CollectorRegistry(auto_describe=True)
     for collector in collectors:
         registry.register(collector)
@@ -171,10 +177,19 @@ def make_app(
 
         return handle
 
+    def internal_route(produce: Callable[[], Any]) -> Callable[[Request], Any]:
+        async def handle(request: Request) -> JSONResponse:
+            if not authorized(request):
+                return unauthorized()
+            return JSONResponse(produce())
+
+        return handle
+
     routes = [
         Route("/health", health),
         Route("/metrics", prometheus),
     ]
+    routes += [Route(path, internal_route(produce)) for path, produce in (internal or {}).items()]
     if service is not None and queries_enabled:
         routes += [
             Route("/stores", stores),
@@ -214,14 +229,26 @@ def _is_loopback(host: str) -> bool:
 class HttpServer:
     """Serves a Starlette app with uvicorn in a daemon thread until :meth:`stop`."""
 
-    def __init__(self, app: Starlette, host: str, port: int, *, name: str = "fluvial-http") -> None:
+    def __init__(
+        self,
+        app: Starlette,
+        host: str,
+        port: int,
+        *,
+        name: str = "fluvial-http",
+        sock: socket.socket | None = None,
+    ) -> None:
+        """``sock``: serve on this listening socket (bound elsewhere) instead of binding."""
         self.host = host
         self._config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", access_log=False,
             lifespan="off", timeout_keep_alive=30,
         )  # fmt: skip
         self._server = uvicorn.Server(self._config)
-        self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
+        sockets = [sock] if sock is not None else None
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": sockets}, name=name, daemon=True
+        )
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start serving; raise if the address cannot be bound."""
@@ -248,6 +275,32 @@ class HttpServer:
         self._thread.join(timeout_s)
 
 
+def listen(address: str, *, token: str | None) -> socket.socket:
+    """A listening TCP socket on ``address`` (validated), to hand to the process serving it."""
+    host, port = parse_address(address)
+    warn_if_open(host, token)
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        raise StreamsError(
+            f"cannot serve HTTP on {host}:{port}: {error.strerror or error}; choose another "
+            "address with --serve HOST:PORT"
+        ) from None
+    return sock
+
+
+def warn_if_open(host: str, token: str | None) -> None:
+    if not _is_loopback(host) and not token:
+        log.warning(
+            "serving state on %s without a bearer token: anyone who can reach it can read "
+            "the application's stores; set %s to require one", host, TOKEN_ENV,
+        )  # fmt: skip
+
+
 def serve(
     service: QueryService | None,
     address: str,
@@ -257,11 +310,7 @@ def serve(
 ) -> tuple[HttpServer, QueryMetrics]:
     """Validate ``address``, then serve ``service`` there; return the running server."""
     host, port = parse_address(address)
-    if not _is_loopback(host) and not token:
-        log.warning(
-            "serving state on %s without a bearer token: anyone who can reach it can read "
-            "the application's stores; set %s to require one", host, TOKEN_ENV,
-        )  # fmt: skip
+    warn_if_open(host, token)
     app, metrics = make_app(service, token=token, collectors=collectors)
     server = HttpServer(app, host, port)
     server.start()
