@@ -333,12 +333,12 @@ def run(
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
-        egress = _start_egress(app_file, config)
         if engine == "spark" and reader_process:
             raise FluvialError(
                 "--reader-process is for the local engine: on Spark, each executor's Python "
                 "worker answers for its own slots"
             )
+        egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application
 

@@ -35,6 +35,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -137,7 +138,10 @@ def make_app(
     async def prometheus(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        return Response(generate_latest(registry), media_type=PROMETHEUS_CONTENT_TYPE)
+        # In a thread: a collector may ask another process (the reader asks the application),
+        # and the event loop must go on answering queries meanwhile.
+        text = await run_in_threadpool(generate_latest, registry)
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     async def stores(request: Request) -> JSONResponse:
         if not authorized(request):
