@@ -233,12 +233,12 @@ def run_application(
         console.print(f"fluvial: serving queries on http://{endpoints.address}{reading}",
                       highlight=False)  # fmt: skip
     try:
+        # The reader answers before the tasks restore, so that a query meanwhile gets 503.
+        run_in_thread(endpoints.wait_ready)
         # Off the main thread: creating topics blocks in the Kafka client, and signals
         # must not wait.
         run_in_thread(app.start)
-        endpoints.wait_ready()
     except BaseException:
-        run_in_thread(app.close)
         endpoints.stop()
         raise
     console.print(
