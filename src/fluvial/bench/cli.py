@@ -304,6 +304,9 @@ def queries(
     depth: Annotated[
         int, typer.Option(help="Requests pipelined per connection when back to back")
     ] = 8,
+    rounds: Annotated[
+        int, typer.Option(help="Run every variant this many times; report the medians")
+    ] = 1,
     bootstrap: Bootstrap = None,
     json_out: JsonOut = None,
 ) -> None:
@@ -312,16 +315,19 @@ def queries(
     from fluvial.bench.queries import MODES, run_query_bench
 
     chosen = tuple(_csv(modes))
-    if rate < 0 or clients < 1 or connections < 1 or depth < 1:
-        raise typer.BadParameter("--rate must be >= 0; --clients, --connections, --depth >= 1")
+    if rate < 0 or min(clients, connections, depth, rounds) < 1:
+        raise typer.BadParameter(
+            "--rate must be >= 0; --clients, --connections, --depth and --rounds >= 1"
+        )
     if not chosen or any(m not in MODES for m in chosen):
         raise typer.BadParameter(f"--modes takes {', '.join(MODES)}")
     result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine,
                              rate=rate, modes=chosen, connections=connections,
-                             depth=depth)  # fmt: skip
+                             depth=depth, rounds=rounds)  # fmt: skip
     alone = result["without_queries"]
-    lines = [f"processing alone {alone['processing_rps']:,} rec/s, cpu {alone['cpu_cores']}, "
-             f"load {alone['load_average']}"]  # fmt: skip
+    medians = " (medians)" if rounds > 1 else ""
+    lines = [f"processing alone{medians} {alone['processing_rps']:,} rec/s, cpu "
+             f"{alone['cpu_cores']}, load {alone['load_average']}"]  # fmt: skip
     for mode, loaded in result["with_queries"].items():
         lines.append(
             f"{mode}: processing {loaded['processing_rps']:,} rec/s "

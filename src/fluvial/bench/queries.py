@@ -34,6 +34,7 @@ import resource
 import selectors
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -151,7 +152,7 @@ def _listener_pid(port: int) -> int | None:
 
 def _responses(buffer: bytearray) -> list[int]:
     """Take the complete HTTP responses off the front of ``buffer``; return their statuses."""
-    statuses = []
+    statuses: list[int] = []
     while True:
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
@@ -425,8 +426,10 @@ def run_query_bench(
     modes: tuple[str, ...] = MODES,
     connections: int = DEFAULT_CONNECTIONS,
     depth: int = DEFAULT_DEPTH,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """Processing alone, then with queries for each mode, on the same input."""
+    """Processing alone, then with queries for each mode, on the same input; ``rounds``
+    times over, reporting each variant's medians (and every run)."""
     from fluvial.bench.environment import describe
     from fluvial.bench.harness import PINNING, kafka
 
@@ -443,23 +446,59 @@ def run_query_bench(
         create_topics(servers, [TopicSpec(topic, 1), TopicSpec(f"{topic}-out", 1)])
         base_ms = int(time.time() * 1000) - 3_600_000
         windows = _produce(servers, topic, records, base_ms - base_ms % 60_000)
-        common = {"engine": engine, "work": Path(work), "connections": connections,
-                  "depth": depth}  # fmt: skip
-        alone = _run_once(servers, topic, records, windows, clients=0, **common)  # type: ignore[arg-type]
-        loaded = {
-            mode: _run_once(
-                servers, topic, records, windows, clients=clients, rate=rate, mode=mode, **common
-            )  # type: ignore[arg-type]  # fmt: skip
-            for mode in modes
-        }
-    for result in loaded.values():
-        result["processing_throughput_lost"] = round(
-            1 - result["processing_rps"] / alone["processing_rps"], 3
-        )
+        runs: list[dict[str, Any]] = []
+        for number in range(rounds):
+            # Each round runs every variant once; the order turns, so that a machine getting
+            # busier or quieter during the bench does not favour one variant.
+            variants: list[str | None] = [None, *modes]
+            shift = number % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                result = _run_once(servers, topic, records, windows,
+                                   clients=clients if variant else 0, engine=engine,
+                                   work=Path(work), rate=rate, mode=variant or "reader",
+                                   connections=connections, depth=depth)  # fmt: skip
+                result["round"] = number
+                runs.append(result)
+    alone = [r for r in runs if r["mode"] is None]
+    baseline = statistics.median(r["processing_rps"] for r in alone)
+    loaded: dict[str, Any] = {}
+    for mode in modes:
+        mine = [r for r in runs if r["mode"] == mode]
+        for result in mine:
+            result["processing_throughput_lost"] = round(1 - result["processing_rps"] / baseline, 3)
+        loaded[mode] = _median_of(mine)
     return {
         "environment": describe(),
         "broker_pinning": PINNING.describe(),
         "engine": engine,
-        "without_queries": alone,
+        "rounds": rounds,
+        "without_queries": _median_of(alone),
         "with_queries": loaded,
+        "runs": runs,
     }
+
+
+def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every number's median over the runs of one variant (of one run: that run)."""
+    summary: dict[str, Any] = dict(runs[0])
+    summary.pop("round", None)
+    for key, value in runs[0].items():
+        if key == "round" or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            summary[key] = round(statistics.median(r[key] for r in runs), 3)
+        elif key == "cpu_cores":
+            summary[key] = {
+                name: round(statistics.median(r[key].get(name, 0.0) for r in runs), 2)
+                for name in value
+            }
+        elif key == "load_average":
+            summary[key] = [round(min(min(r[key]) for r in runs), 2),
+                            round(max(max(r[key]) for r in runs), 2)]  # fmt: skip
+    if "statuses" in summary:
+        totals: dict[str, int] = {}
+        for run in runs:
+            for code, count in run.get("statuses", {}).items():
+                totals[code] = totals.get(code, 0) + count
+        summary["statuses"] = totals
+    return summary

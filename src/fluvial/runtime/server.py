@@ -246,7 +246,7 @@ class HttpServer:
         self.host = host
         self._config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", access_log=False,
-            lifespan="off", timeout_keep_alive=30,
+            lifespan="off", timeout_keep_alive=30, proxy_headers=False,
         )  # fmt: skip
         self._server = uvicorn.Server(self._config)
         sockets = [sock] if sock is not None else None
