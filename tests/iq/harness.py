@@ -73,7 +73,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped, does not; its other threads
+    may still be finishing for a moment)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:

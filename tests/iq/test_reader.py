@@ -168,9 +168,10 @@ def test_the_reader_never_outlives_the_application(
         reader = runner.reader_pid()
         assert reader is not None
         runner.kill9()
-        # The kernel kills the reader with its application: nothing listens on the address.
+        # The kernel kills the reader with its application, and nothing listens on the
+        # address any more (once the last of its threads is gone, which may take a moment).
         wait_until(lambda: not alive(reader), 30, "the reader to die with the application")
-        assert not listening(runner.port)
+        wait_until(lambda: not listening(runner.port), 30, "the address to be released")
 
         # The next start clears what the killed process left behind, and serves again.
         left = {p.name for p in shared.iterdir()}
