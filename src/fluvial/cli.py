@@ -281,6 +281,15 @@ def run(
             "FLUVIAL_SERVE_TOKEN is set",
         ),
     ] = None,
+    reader_process: Annotated[
+        bool | None,
+        typer.Option(
+            "--reader-process/--no-reader-process",
+            help="Answer --serve's committed queries from a separate reader process that reads "
+            "the stores' files, off the processing process's CPU (local engine; default: on "
+            "under exactly_once_v2)",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No live status line")] = False,
     stop_timeout_s: Annotated[
         float,
@@ -324,6 +333,11 @@ def run(
     try:
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        if engine == "spark" and reader_process:
+            raise FluvialError(
+                "--reader-process is for the local engine: on Spark, each executor's Python "
+                "worker answers for its own slots"
+            )
         egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application
@@ -337,7 +351,7 @@ def run(
             code = run_application(
                 loaded.topology, config, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
-                stop_timeout_s=stop_timeout_s,
+                stop_timeout_s=stop_timeout_s, app_file=app_file, reader=reader_process,
             )  # fmt: skip
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")

@@ -59,6 +59,30 @@ def counts_of(views: list[PageView]) -> dict[tuple[str, int], int]:
     return dict(counts)
 
 
+def children_of(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (zombies left out), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if int(ppid) == pid and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped, does not; its other threads
+    may still be finishing for a moment)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @dataclass
 class Answer:
     status: int
@@ -114,6 +138,8 @@ class ServedRunner:
     workers: int = 2
     commit_ms: int = 200
     guarantee: str = "exactly_once_v2"
+    #: Committed reads from a reader process (local engine): None leaves the default.
+    reader: bool | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: ``--stop-timeout-s``: how long SIGTERM may take to end the lease on its commit.
     stop_timeout_s: float | None = None
@@ -140,6 +166,8 @@ class ServedRunner:
             cmd += ["--master", self.master]
         if self.stop_timeout_s is not None:
             cmd += ["--stop-timeout-s", str(self.stop_timeout_s)]
+        if self.reader is not None:
+            cmd.append("--reader-process" if self.reader else "--no-reader-process")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
@@ -189,6 +217,12 @@ class ServedRunner:
             self.proc.kill()
             self.proc.wait(10)
             raise
+
+    def reader_pid(self) -> int | None:
+        """The reader process serving the application's committed reads, if any."""
+        assert self.proc is not None
+        children = children_of(self.proc.pid)
+        return children[0] if children else None
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log else ""

@@ -63,18 +63,29 @@ class Querier(threading.Thread):
         return len(self.answers) - before
 
 
+READERS = pytest.mark.parametrize("reader", [True, False], ids=["reader-process", "in-process"])
+
+
+def check_serving_from(runner: ServedRunner, reader: bool) -> None:
+    """Committed reads come from a reader process, or from the application's own."""
+    assert (runner.reader_pid() is not None) == reader, runner.output()
+
+
+@READERS
 def test_no_committed_answer_is_taken_back_through_kill9_crashes(
-    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, reader: bool
 ) -> None:
     views = in_grace_views(seed=3, count=8000)
     oracle = counts_of(views)
     runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
-                          topic_factory("counts"), tmp_path / "state", commit_ms=300)  # fmt: skip
+                          topic_factory("counts"), tmp_path / "state", commit_ms=300,
+                          reader=reader)  # fmt: skip
     querier = Querier(runner, sorted(oracle), "committed")
     chunks = [views[i : i + 800] for i in range(0, len(views), 800)]
     runner.start()
     try:
         runner.wait_serving()
+        check_serving_from(runner, reader)
         querier.start()
         produce(bootstrap_servers, runner.input_topic, chunks[0])
         for crash in range(CRASHES):
@@ -86,6 +97,7 @@ def test_no_committed_answer_is_taken_back_through_kill9_crashes(
             runner.kill9()
             runner.start()
             runner.wait_serving()
+            check_serving_from(runner, reader)
         for chunk in chunks[CRASHES + 1 :]:
             produce(bootstrap_servers, runner.input_topic, chunk)
         wait_until(lambda: dict(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,
@@ -113,13 +125,14 @@ def test_no_committed_answer_is_taken_back_through_kill9_crashes(
         last[window] = value
 
 
+@READERS
 def test_a_query_during_restore_gets_503_with_retry_after_never_a_wrong_value(
-    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, reader: bool
 ) -> None:
     views = in_grace_views(seed=4, count=12000)
     oracle = counts_of(views)
     runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
-                          topic_factory("counts"), tmp_path / "state")  # fmt: skip
+                          topic_factory("counts"), tmp_path / "state", reader=reader)  # fmt: skip
     runner.start()
     try:
         runner.wait_serving()
@@ -134,6 +147,7 @@ def test_a_query_during_restore_gets_503_with_retry_after_never_a_wrong_value(
         querier.start()
         runner.start()
         runner.wait_serving()
+        check_serving_from(runner, reader)
         wait_until(lambda: querier.count_for(0.5) > 20, 60, "answers after the restore")
         querier.stop_event.set()
         querier.join(10)

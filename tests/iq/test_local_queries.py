@@ -18,17 +18,26 @@ def final_values(revisions: list) -> dict:
     return dict(revisions)
 
 
-@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
+@pytest.mark.parametrize(
+    ("engine", "reader"),
+    [("local", None), ("local", False), pytest.param("spark", None, marks=pytest.mark.spark)],
+    ids=["local-reader-process", "local-in-process", "spark"],
+)
 def test_windowed_counts_over_http_equal_the_oracle_for_every_key(
-    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, engine: str
-) -> None:
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, engine: str,
+    reader: bool | None,
+) -> None:  # fmt: skip
     views = in_grace_views(seed=1, count=3000)
     oracle = counts_of(views)
     runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
-                          topic_factory("counts"), tmp_path / "state", engine=engine)  # fmt: skip
+                          topic_factory("counts"), tmp_path / "state", engine=engine,
+                          reader=reader)  # fmt: skip
     runner.start()
     try:
         runner.wait_serving()
+        if engine == "local":
+            # The local engine answers committed reads from a reader process by default.
+            assert (runner.reader_pid() is not None) == (reader is None), runner.output()
         produce(bootstrap_servers, runner.input_topic, views)
         wait_until(
             lambda: final_values(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,

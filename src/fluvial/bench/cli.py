@@ -293,28 +293,53 @@ def queries(
     rate: Annotated[
         float, typer.Option(help="Queries/s offered over all clients (0: back to back)")
     ] = 0.0,
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="How committed reads are served, compared in one run: in-process, reader "
+            "(a reader process beside the application), or both"
+        ),
+    ] = "in-process,reader",
+    connections: Annotated[int, typer.Option(help="Keep-alive connections per client process")] = 4,
+    depth: Annotated[
+        int, typer.Option(help="Requests pipelined per connection when back to back")
+    ] = 8,
+    rounds: Annotated[
+        int, typer.Option(help="Run every variant this many times; report the medians")
+    ] = 1,
     bootstrap: Bootstrap = None,
     json_out: JsonOut = None,
     client_config: ClientConfig = None,
 ) -> None:
-    """Interactive query load on a running Figure 2 app: queries/s, p50/p99, throughput lost."""
-    from fluvial.bench.queries import run_query_bench
+    """Interactive query load on a running Figure 2 app: queries/s, p50/p99, throughput lost,
+    and the CPU of the application, its reader, the query clients and the broker."""
+    from fluvial.bench.queries import MODES, run_query_bench
 
-    if rate < 0 or clients < 1:
-        raise typer.BadParameter("--rate must be >= 0 and --clients >= 1")
+    chosen = tuple(_csv(modes))
+    if rate < 0 or min(clients, connections, depth, rounds) < 1:
+        raise typer.BadParameter(
+            "--rate must be >= 0; --clients, --connections, --depth and --rounds >= 1"
+        )
+    if not chosen or any(m not in MODES for m in chosen):
+        raise typer.BadParameter(f"--modes takes {', '.join(MODES)}")
     bootstrap, settings, settings_file = _security(bootstrap, client_config)
     result = run_query_bench(bootstrap, records=records, clients=clients, engine=engine,
-                             rate=rate, client_config=settings,
+                             rate=rate, modes=chosen, connections=connections,
+                             depth=depth, rounds=rounds, client_config=settings,
                              client_config_file=settings_file)  # fmt: skip
-    alone, loaded = result["without_queries"], result["with_queries"]
-    console.print(
-        f"processing alone {alone['processing_rps']:,} rec/s; with queries "
-        f"{loaded['processing_rps']:,} rec/s (lost {100 * result['processing_throughput_lost']:.1f}%)\n"
-        f"queries: {loaded.get('queries_per_s', 0):,}/s answered, p50 "
-        f"{loaded.get('query_p50_ms')} ms, p99 {loaded.get('query_p99_ms')} ms, "
-        f"statuses {loaded.get('statuses')}",
-        highlight=False,
-    )
+    alone = result["without_queries"]
+    medians = " (medians)" if rounds > 1 else ""
+    lines = [f"processing alone{medians} {alone['processing_rps']:,} rec/s, cpu "
+             f"{alone['cpu_cores']}, load {alone['load_average']}"]  # fmt: skip
+    for mode, loaded in result["with_queries"].items():
+        lines.append(
+            f"{mode}: processing {loaded['processing_rps']:,} rec/s "
+            f"(lost {100 * loaded['processing_throughput_lost']:.1f}%); queries "
+            f"{loaded.get('queries_per_s', 0):,}/s answered, p50 {loaded.get('query_p50_ms')} ms, "
+            f"p99 {loaded.get('query_p99_ms')} ms, statuses {loaded.get('statuses')}; cpu "
+            f"{loaded['cpu_cores']}; load {loaded['load_average']}"
+        )
+    console.print("\n".join(lines), highlight=False)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=1) + "\n")

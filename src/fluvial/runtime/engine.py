@@ -18,6 +18,7 @@ from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
+from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
@@ -105,6 +106,8 @@ class Application:
         #: Under exactly-once, this driver's claim on the application (one driver at a time).
         self.epoch: DriverEpoch | None = None
         self._epoch_lock = threading.Lock()
+        #: Set before :meth:`start` to tell a reader process where every task stands.
+        self.task_board: TaskBoard | None = None
 
     def start(self) -> None:
         check_commit_metadata(self.topology, self.config)
@@ -122,10 +125,15 @@ class Application:
             self.epoch.claim(slots)
             self._threads.append(threading.Thread(target=self._watch_epoch,
                                                   name="fluvial-driver-epoch", daemon=True))  # fmt: skip
-        for slot, task_ids in assign_slots(self.task_ids, slots).items():
+        assignment = assign_slots(self.task_ids, slots)
+        board = self.task_board
+        if board is not None:
+            board.publish(self.config.application_id, assignment)
+        for slot, task_ids in assignment.items():
             worker = Worker(slot, self.topology, self.config, task_ids,
                             stop=self.stop_event, on_progress=self.on_progress,
-                            confirm_owner=self._confirm_epoch if self.epoch else None)  # fmt: skip
+                            confirm_owner=self._confirm_epoch if self.epoch else None,
+                            task_listener=board.update if board is not None else None)  # fmt: skip
             self.workers.append(worker)
             thread = threading.Thread(
                 target=self._run_worker, args=(worker,), name=f"fluvial-slot-{slot}", daemon=True

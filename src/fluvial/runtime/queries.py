@@ -23,6 +23,7 @@ RocksDB serves reads concurrently with the commit's atomic write batch. The in-m
 from __future__ import annotations
 
 import base64
+import functools
 import heapq
 import json
 from collections.abc import Callable, Iterable
@@ -185,8 +186,13 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def default_partition(key_bytes: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (and fluvial's producers) give a key."""
+    """The partition Kafka's default partitioner (and fluvial's producers) give a key.
+
+    Cached: a query service asks about the same keys again and again, and murmur2 in Python
+    costs more than the rest of a point read.
+    """
     return (murmur2(key_bytes) & 0x7FFFFFFF) % partitions
 
 

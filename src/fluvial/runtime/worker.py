@@ -30,6 +30,7 @@ from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
+from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
 from fluvial.runtime.global_tables import GlobalTables
@@ -79,11 +80,16 @@ class Worker:
         on_progress: Callable[[WorkerMetrics], None] | None = None,
         standby_task_ids: list[TaskId] | None = None,
         confirm_owner: Callable[[], None] | None = None,
+        task_listener: Callable[[int, TaskId, int], None] | None = None,
     ) -> None:
+        """``task_listener(slot, task, event)`` hears each task start restoring, run and stop,
+        before its stores change, and each commit, after it reached them
+        (:mod:`fluvial.runtime.board`)."""
         self.slot = slot
         # Raises if this worker's driver is no longer the application's current one; called
         # right after the slot's transactional id is fenced (see fluvial.runtime.epoch).
         self.confirm_owner = confirm_owner
+        self.task_listener = task_listener
         self.standby_task_ids = sorted(standby_task_ids or [])
         self.standbys: StandbyTasks | None = None
         self.global_tables: GlobalTables | None = None
@@ -216,6 +222,7 @@ class Worker:
                                   global_stores=self.global_tables.stores)  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
+                self._announce(task_id, RESTORING)  # before the restore changes its stores
                 # A standby copy on this machine that is further along saves restoring. Only
                 # under exactly-once: an at-least-once standby may hold changelog writes past
                 # the committed offsets, which the restore below deliberately leaves out.
@@ -245,8 +252,13 @@ class Worker:
                 self.tasks[task_id] = task
                 for tp in tps:
                     self._task_by_tp[tp] = task
+                self._announce(task_id, RUNNING)
         finally:
             restorer.close()
+
+    def _announce(self, task_id: TaskId, event: int) -> None:
+        if self.task_listener is not None:
+            self.task_listener(self.slot, task_id, event)
 
     def _standby_needed(self) -> dict[tuple[str, int], int]:
         """What the active tasks' committed state needs of the standby tasks' changelogs."""
@@ -313,6 +325,8 @@ class Worker:
                 self.commit(force=True)
                 self._purge_repartition_topics()
         finally:
+            for task_id in self.task_states:
+                self._announce(task_id, STARTING)
             # Standby copies first: whoever waits for this worker's task directories may take
             # one over once it has them.
             if self.standbys is not None:
@@ -530,8 +544,9 @@ class Worker:
         elif tps:
             self._call(lambda: self._consumer.commit(offsets=tps, asynchronous=False), "commit")
         # Only now is the changelog durable in Kafka: the local stores may record it.
-        for state in self.task_states.values():
+        for task_id, state in self.task_states.items():
             state.committed(self._collector.changelog_end)
+            self._announce(task_id, COMMITTED)
         self._collector.changelog_end.clear()
         self._committed.update(changed)
         if self.standbys is not None:

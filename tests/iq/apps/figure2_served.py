@@ -11,20 +11,29 @@ from fluvial import KeyValue, Materialized, StreamsBuilder, StreamsConfig, TimeW
 WINDOW_MS = 5000
 GRACE_MS = 2000
 STORE = "pageview-counts"
+MEMORY_STORE = "views-in-memory"
 
 
 def build(builder: StreamsBuilder) -> None:
-    (
+    views = (
         builder.stream(
             os.environ["FLUVIAL_TEST_INPUT"], key_serde=serdes.string(), value_serde=serdes.json()
         )
         .filter(lambda key, view: view["period"] >= 30000)
         .map(lambda key, view: KeyValue(view["category"], view))
         .repartition(num_partitions=int(os.environ.get("FLUVIAL_TEST_PARTITIONS", "4")))
-        .group_by_key()
+    )
+    if os.environ.get("FLUVIAL_TEST_MEMORY_STORE"):
+        # Long views per category, all time, in an in-memory store (it answers latest only).
+        views.group_by_key().count(
+            materialized=Materialized.as_(MEMORY_STORE).with_store_type("in_memory")
+        )
+    # An hour of windows stays queryable by default (the default keeps only size + grace).
+    retention_ms = int(os.environ.get("FLUVIAL_TEST_RETENTION_MS", "3600000"))
+    (
+        views.group_by_key()
         .windowed_by(TimeWindows.of_size_and_grace(size_ms=WINDOW_MS, grace_ms=GRACE_MS))
-        # An hour of windows stays queryable (the default keeps only size + grace).
-        .count(materialized=Materialized.as_(STORE).with_retention(3_600_000))
+        .count(materialized=Materialized.as_(STORE).with_retention(retention_ms))
         .to_stream()
         .to(
             os.environ["FLUVIAL_TEST_OUTPUT"],
