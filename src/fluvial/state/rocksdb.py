@@ -349,8 +349,17 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         self.observed_stream_time = -(2**63) if raw_time is None else _LONG.unpack(raw_time)[0]
         raw_seq = self._meta.get(_SEQNUM)
         self._seqnum = 0 if raw_seq is None else _LONG.unpack(raw_seq)[0]
-        self._move_legacy_segments(families)
+        if self._secondary_dir is None:  # a reader never writes: the task moved them already
+            self._move_legacy_segments(families)
         self._segments = self._find_segments(db)
+
+    def catch_up(self) -> bool:
+        """Secondary only: see the primary's newest writes, segments created since included
+        (they are new keys in the shared family, so the set is found anew)."""
+        if not super().catch_up():
+            return False
+        self._segments = self._find_segments(self._live_db())
+        return True
 
     def _find_segments(self, db: Rdict) -> set[int]:
         """The ids of segments holding data: one seek per segment."""
