@@ -28,7 +28,6 @@ from fluvial.kafka.security import AuthorizationError
 from fluvial.runtime.epoch import (
     DriverEpoch,
     DriverFencedError,
-    fence_slots,
     fenced_message,
     read_driver_record,
 )
@@ -60,8 +59,7 @@ class LeaseFencing:
         if not initial:
             # Tasks move between slots: fence every old holder before any new one starts, so
             # no zombie of the old layout commits for a task that moved.
-            assert self.epoch.record is not None
-            fence_slots(self.epoch.config, range(self.epoch.record.slots))
+            self.epoch.fence_slots()
 
     def before_lease(self, slots: int) -> None:
         """Raise :class:`DriverFencedError` if a newer driver took the application over."""
