@@ -40,6 +40,8 @@ def test_exactly_once_needs_the_transactional_ids_and_the_drivers_group() -> Non
     assert ("TOPIC", "LITERAL", "views", "READ") in derived
     assert ("TOPIC", "LITERAL", "counts", "WRITE") in derived
     assert ("GROUP", "LITERAL", "pv", "READ") in derived
+    # Committed repartition records are deleted, which Kafka authorizes as DELETE.
+    assert ("TOPIC", "PREFIXED", "pv-", "DELETE") in derived
     # One prefix covers the driver's transactional id and every slot's.
     assert ("TRANSACTIONAL_ID", "PREFIXED", "pv-", "WRITE") in derived
     assert driver_transactional_id("pv").startswith("pv-")
