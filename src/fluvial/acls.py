@@ -33,7 +33,7 @@ class AclRule:
     resource_type: str  # TOPIC, GROUP or TRANSACTIONAL_ID
     pattern: str  # LITERAL or PREFIXED
     name: str
-    operation: str  # READ, WRITE, CREATE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+    operation: str  # READ, WRITE, CREATE, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
     why: str
 
     def line(self, principal: str) -> str:
@@ -93,6 +93,9 @@ def derive_acls(topology: Topology, config: StreamsConfig) -> list[AclRule]:
         why = "internal topics (repartition, changelog)"
         for operation in ("CREATE", "READ", "WRITE"):
             rules.add(AclRule("TOPIC", "PREFIXED", prefix, operation, why))
+        if any(t.name.endswith("-repartition") for t in internal):
+            why = "repartition records are deleted once committed (DeleteRecords)"
+            rules.add(AclRule("TOPIC", "PREFIXED", prefix, "DELETE", why))
         if any(t.configs.get("message.timestamp.type") for t in internal):
             why = "window changelog retention is checked and raised at start"
             for operation in ("DESCRIBE_CONFIGS", "ALTER_CONFIGS"):
@@ -334,10 +337,10 @@ def authorization_error(
     principal = principal_of(config.client_config) or "this client's principal"
     first = text.splitlines()[0] if text else repr(failure)
     return AuthorizationError(
-        f"{principal} was refused by Kafka's authorizer {'while running' if running else 'starting'} application "
-        f"{config.application_id!r} on {config.bootstrap_servers}: {first[:500]}. See the ACLs "
-        f"it needs with: fluvial acls APP.py --principal {principal} (add --apply, as an admin, "
-        "to create them)"
+        f"{principal} was refused by Kafka's authorizer "
+        f"{'while running' if running else 'starting'} application {config.application_id!r} "
+        f"on {config.bootstrap_servers}: {first[:500]}. See the ACLs it needs with: fluvial "
+        f"acls APP.py --principal {principal} (add --apply, as an admin, to create them)"
     )
 
 

@@ -93,6 +93,15 @@ def slot_held_down(runner: ServedRunner, slot: int, tasks: list[str]) -> Iterato
     raise AssertionError(f"slot {slot}'s next attempt took its task directories first 3 times")
 
 
+def diagnosis(runner: ServedRunner) -> str:
+    """What a failing check should show: the slots' registrations, the leases, the log."""
+    root = runner.state_dir / runner.app_id
+    slots = {p.name: p.read_text() for p in sorted((root / ".slots").iterdir()) if p.is_file()}
+    leases_path = root / "leases.jsonl"
+    leases = leases_path.read_text().splitlines()[-6:] if leases_path.exists() else []
+    return f"slots {slots}; leases {leases}; log:\n{runner.output()[-4000:]}"
+
+
 def test_stale_reads_come_from_the_standby_while_the_active_is_down(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
 ) -> None:
@@ -134,7 +143,7 @@ def test_stale_reads_come_from_the_standby_while_the_active_is_down(
         down_tasks = store_tasks["1"]  # slot 0's store tasks: slot 1 keeps their standbys
         assert {owner[c][1] for c, _ in down} <= set(down_tasks)
 
-        with slot_held_down(runner, 0, down_tasks):
+        with slot_held_down(runner, 0, down_tasks) as killed:
             # Without allow_stale nothing changes: 503 with Retry-After, never a value.
             (category, start), _ = sorted(down.items())[0]
             refused = get(port, f"/stores/{STORE}/keys/{category}?time={start}", timeout=30)
@@ -148,7 +157,7 @@ def test_stale_reads_come_from_the_standby_while_the_active_is_down(
                 path = f"/stores/{STORE}/keys/{category}?time={start}&allow_stale=true"
                 answer = ask(port, path, timeout_s=60)
                 body = answer.body
-                assert answer.status == 200, body
+                assert answer.status == 200, (body, killed, diagnosis(runner))
                 assert body["value"] == count, (category, start, body)
                 assert body["stale"] is True and body["standby_slot"] == 1, body
                 assert body["slot"] == 0 and body["isolation"] == "committed", body

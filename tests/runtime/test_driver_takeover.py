@@ -3,9 +3,9 @@
 A cluster manager may start a new driver while the old one still lives: partitioned from the
 cluster, or frozen and resumed later. Here driver A is frozen (``SIGSTOP`` of its whole process
 group: on Spark its JVM and Python workers too, as a frozen machine), driver B starts on
-another "machine" (state directory) and processes, then A resumes. A must stop with a clear
-error without committing anything, and the output must hold every input record's revision
-exactly once.
+another "machine" (state directory) and processes, then A resumes while B is idle. A must
+stop with a clear error, having written and committed nothing (no offset of its topics or
+its group moves), and the output must hold every input record's revision exactly once.
 
 A runs two slots and B one, so B must also fence the slot it never runs itself: a slot of A
 that B left alone would go on committing beside B, and its output would show up twice.
@@ -14,17 +14,23 @@ that B left alone would go on committing beside B, and its output would show up 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial import serdes
-from tests.runtime.harness import PageView, SparkRunner, generate_views, read_topic, wait_until
+from tests.runtime.harness import (
+    PageView,
+    SparkRunner,
+    generate_views,
+    open_transaction_records,
+    read_topic,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -59,27 +65,86 @@ def signal_group(runner: SparkRunner, sig: int) -> None:
     os.killpg(runner.proc.pid, sig)
 
 
+def freeze_mid_transactions(runner: SparkRunner, views: list[PageView], start: int) -> int:
+    """Feed ``views[start:]`` slice by slice until both of ``runner``'s slots are caught with a
+    transaction open (state changes in both changelog partitions, not yet committed), and
+    freeze it there. Returns how many views are in the input by then."""
+    bootstrap = runner.bootstrap
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "topics"})
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+    finally:
+        consumer.close()
+    [changelog] = [t for t in topics if t.startswith(f"{runner.app_id}-") and
+                   t.endswith("-changelog")]  # fmt: skip
+
+    def both_open() -> bool:
+        return all(open_transaction_records(bootstrap, changelog, p) > 0 for p in (0, 1))
+
+    end = start
+    while end < start + 700:
+        produce_keyed(bootstrap, runner.input_topic, views[end : end + 100])
+        end += 100
+        try:
+            wait_until(both_open, 20, "both slots inside a transaction", interval_s=0.05)
+        except AssertionError:
+            continue  # committed before the test looked: the next slice
+        signal_group(runner, signal.SIGSTOP)
+        if both_open():
+            return end
+        signal_group(runner, signal.SIGCONT)
+    raise AssertionError("the runner committed every slice before it could be frozen mid-way")
+
+
+def footprint(bootstrap: str, app_id: str, input_topic: str, output_topic: str) -> dict:
+    """Every offset the application's writes and commits move: the log end of the output and
+    of each internal topic (committed or not), and the group's committed offsets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": app_id,
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        internal = sorted(t for t in topics if t.startswith(f"{app_id}-"))
+        found: dict = {}
+        for topic in [output_topic, *internal]:
+            for p in topics[topic].partitions:
+                found[("end", topic, p)] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=10
+                )[1]
+        sources = [input_topic, *(t for t in internal if t.endswith("-repartition"))]
+        positions = [TopicPartition(t, p) for t in sources for p in topics[t].partitions]
+        for tp in consumer.committed(positions, timeout=10):
+            found[("committed", tp.topic, tp.partition)] = tp.offset
+        return found
+    finally:
+        consumer.close()
+
+
 # Two drivers start, each a Spark JVM on the Spark engine: 100 s each under load.
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_second_driver_takes_over_and_the_first_stops_by_itself(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, engine: str
 ) -> None:
-    rng = random.Random(41)
     views = generate_views(seed=41, count=2400)
     expected = Counter(view.category for view in views)
     input_topic = topic_factory("views", partitions=2)
     output_topic = topic_factory("counts")
     app_id = unique_name("app")
 
-    def driver(name: str, slots: int) -> SparkRunner:
+    def driver(name: str, slots: int, commit_ms: int, lease_ms: int) -> SparkRunner:
         # Caching off: every input record yields exactly one revision of its category's count.
         return SparkRunner(bootstrap_servers, app_id, input_topic, output_topic,
-                           tmp_path / name, app=REGROUP, engine=engine, commit_ms=300,
-                           lease_ms=2000, workers=slots,
+                           tmp_path / name, app=REGROUP, engine=engine, commit_ms=commit_ms,
+                           lease_ms=lease_ms, workers=slots,
                            extra_env={"FLUVIAL_TEST_CACHE_BYTES": "0"})  # fmt: skip
 
-    a, b = driver("a", 2), driver("b", 1)
+    def written() -> dict:
+        return footprint(bootstrap_servers, app_id, input_topic, output_topic)
+
+    # A commits every 25 s, so it is caught with transactions open, and they would stay open
+    # for its transaction timeout (250 s): longer than B is given to catch up. Only B fencing
+    # both of A's slots (the one it runs itself, and the one it does not) lets B read on.
+    a, b = driver("a", 2, 25_000, 30_000), driver("b", 1, 300, 2000)
     a.start()
     a.wait_ready(180)
     produce_keyed(bootstrap_servers, input_topic, views[:800])
@@ -87,31 +152,39 @@ def test_a_second_driver_takes_over_and_the_first_stops_by_itself(
     if engine == "spark":
         # Past its first leases: A's slots hold warm Workers, cached for the next lease.
         wait_until(lambda: len([e for e in a.leases() if "slots" in e]) >= 2, 120, "two leases")
-    produce_keyed(bootstrap_servers, input_topic, views[800:1200])
-    time.sleep(rng.uniform(0.2, 1.0))  # A at work, often inside a transaction
-    signal_group(a, signal.SIGSTOP)
+    fed = freeze_mid_transactions(a, views, 800)
     try:
         b.start()
         b.wait_ready(180)
-        produce_keyed(bootstrap_servers, input_topic, views[1200:1600])
+        produce_keyed(bootstrap_servers, input_topic, views[fed:1600])
         wait_until(lambda: counted(bootstrap_servers, output_topic) == 1600, 180,
                    "B to count everything so far, A frozen")  # fmt: skip
+        # B has committed it all and is idle: from here on, only A could write or commit.
+        snapshots = [written()]
+
+        def settled() -> bool:
+            time.sleep(2)
+            snapshots.append(written())
+            return snapshots[-1] == snapshots[-2]
+
+        wait_until(settled, 60, "B to be idle")
     finally:
         resumed = time.time()
         signal_group(a, signal.SIGCONT)
-    # Input A would process if it went on.
-    produce_keyed(bootstrap_servers, input_topic, views[1600:2000])
     try:
         code = a.wait(120)
     except Exception:
         raise AssertionError("A kept running after it resumed:\n" + a.output()[-5000:]) from None
     assert code != 0, a.output()[-5000:]
     assert FENCED in a.output(), a.output()[-5000:]
-    produce_keyed(bootstrap_servers, input_topic, views[2000:])
+    # A resumed with work of its own that it had not committed (and on Spark, a lease under
+    # way); it wrote and committed nothing of it, nor anything else.
+    assert written() == snapshots[-1]
+    produce_keyed(bootstrap_servers, input_topic, views[1600:])
     try:
-        wait_until(lambda: dict((k, c[-1]) for k, c in revisions(bootstrap_servers,
-                                output_topic).items()) == expected, 180,
-                   "B to count every view")  # fmt: skip
+        wait_until(lambda: {k: c[-1] for k, c in revisions(bootstrap_servers,
+                                                           output_topic).items()} == expected,
+                   180, "B to count every view")  # fmt: skip
     finally:
         assert b.stop() == 0, b.output()[-5000:]
     # Exactly once: each category's revisions are 1, 2, ..., its count. A record that both
@@ -122,12 +195,12 @@ def test_a_second_driver_takes_over_and_the_first_stops_by_itself(
         assert counts == list(range(1, expected[category] + 1)), (
             f"{category}: revisions {counts} are not exactly 1..{expected[category]}"
         )
-    if engine == "spark":
-        # A launched no lease after it resumed, and the one it had running committed nothing:
-        # any lease that ended after that failed, or its slots processed nothing.
-        late = [entry for entry in a.leases() if entry["t"] > resumed]
-        assert len(late) <= 1, late
-        processed = [s for e in late for s in e.get("slots", []) if s["processed"] > 0]
-        assert processed == [], late
-        assert [e for e in b.leases() if "failed" in e] == [], "B's leases never failed"
+    # B never had to fight for a slot: nothing of A fenced it back.
     assert "fenced" not in b.output(), b.output()[-5000:]
+    if engine == "spark":
+        # A launched no lease after it resumed: the one that ended then was under way.
+        late = [entry for entry in a.leases() if entry["t"] > resumed]
+        assert len({entry["lease"] for entry in late}) <= 1, late
+        assert [e for e in b.leases() if "failed" in e] == [], b.leases()
+        attempts = [s["attempt"] for e in b.leases() for s in e.get("slots", [])]
+        assert attempts and set(attempts) == {0}, b.leases()

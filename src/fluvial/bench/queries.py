@@ -74,7 +74,12 @@ def _produce(
         ts = base_ms + i * 2
         category = rng.choice(CATEGORIES)
         value = json.dumps({"period": 40_000, "category": category}).encode()
-        producer.produce(topic, key=f"user-{i % 97}".encode(), value=value, timestamp=ts)
+        while True:
+            try:
+                producer.produce(topic, key=f"user-{i % 97}".encode(), value=value, timestamp=ts)
+                break
+            except BufferError:  # the local queue is full: let the broker catch up
+                producer.poll(0.1)
         windows.add((category, ts - ts % WINDOW_MS))
         if i % 10_000 == 0:
             producer.poll(0)

@@ -95,7 +95,7 @@ class DriverRecord:
 
 
 def anchor(topology: Topology) -> TopicPartition:
-    """The partition the driver record is committed for: the first input topic's first.
+    """The partition the driver record is committed for: partition 0 of the first input topic.
 
     An offset commit needs an existing topic the principal may READ; the input is one. The
     committed offset is the record's generation, not a position: nothing consumes the group.
@@ -170,7 +170,7 @@ class DriverEpoch:
         # The record before the fences: a slot task of the older driver that starts after
         # them sees it and stops (see fluvial.spark.slots), instead of fencing back.
         self._commit(self.record)
-        fence_slots(self.config, range(self.record.slots))
+        self.fence_slots()
         self._claimed = True
         if previous is not None and previous.run_id != self.run_id:
             log.info("driver epoch %d: took over from %s", self.record.generation,
@@ -189,6 +189,12 @@ class DriverEpoch:
             record = replace(record, slots=slots)
         self._commit(record)
         self.record = record
+
+    def fence_slots(self) -> None:
+        """Fence every slot id the application may have used (the record's count)."""
+        assert self.record is not None, "claim() first"
+        count = self.record.slots
+        self._call(lambda: fence_slots(self.config, range(count)), "fence the slots")
 
     def close(self) -> None:
         # Nothing to flush: every record commit waited for its transaction.

@@ -432,9 +432,9 @@ class ReaderProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "fluvial.runtime.reader"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.sock.fileno(),),
-            # Its own session: a Ctrl-C at the terminal goes to the application, which stops
-            # the reader when it is done.
-            start_new_session=True,
+            # Its own process group: a Ctrl-C at the terminal goes to the application, which
+            # stops the reader when it is done. The same session, so the same CPU share.
+            process_group=0,
         )  # fmt: skip
         assert self._proc.stdin is not None
         self._proc.stdin.write(json.dumps(self._settings).encode() + b"\n")

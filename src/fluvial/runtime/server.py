@@ -1,6 +1,7 @@
 """The HTTP endpoint of a running application: interactive queries, health and Prometheus metrics.
 
-Starlette routes served by uvicorn in a background thread of the application's process.
+Starlette routes served by uvicorn in a background thread: of the application's process, or
+of its reader process (:mod:`fluvial.runtime.reader`), which serves the same app.
 Routes (every answer is JSON, errors included, except ``/metrics``):
 
 - ``GET /health``: whether the application runs, and how many of its tasks serve queries;

@@ -39,7 +39,7 @@ from fluvial.runtime.engine import (
 from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
-from fluvial.spark.fencing import LeaseFencing, raise_fatal
+from fluvial.spark.fencing import LeaseFencing, fatal_error
 from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
 from fluvial.topology.topology import Topology
 
@@ -333,10 +333,10 @@ class SparkApplication:
             self._lease_failed(error)
             return []
         self._failed_in_a_row = 0
-        for result in results:
-            if result.fatal is not None:
-                self._append_log({"lease": self.leases, "failed": str(result.fatal)[:300]})
-        raise_fatal(results)
+        fatal = fatal_error(results)
+        if fatal is not None:  # a missing ACL, a newer driver: no lease can mend it
+            self._append_log({"lease": self.leases, "failed": str(fatal)[:300]})
+            raise fatal
         for result in results:
             self._expected[result.slot] = result.incarnation
             self._record(result)

@@ -12,7 +12,7 @@ The Spark engine's side of :mod:`fluvial.runtime.epoch`:
 - A slot error that no retry can mend (a missing ACL, a newer driver) comes back as the
   task's result instead of failing the task: Spark would retry a failed task three more
   times, and the driver would run failed leases again, for minutes, before giving up.
-  :func:`raise_fatal` raises it on the driver, which stops.
+  :func:`fatal_error` finds it on the driver, which stops.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from fluvial.kafka.security import AuthorizationError
 from fluvial.runtime.epoch import (
     DriverEpoch,
     DriverFencedError,
-    fence_slots,
     fenced_message,
     read_driver_record,
 )
@@ -60,8 +59,7 @@ class LeaseFencing:
         if not initial:
             # Tasks move between slots: fence every old holder before any new one starts, so
             # no zombie of the old layout commits for a task that moved.
-            assert self.epoch.record is not None
-            fence_slots(self.epoch.config, range(self.epoch.record.slots))
+            self.epoch.fence_slots()
 
     def before_lease(self, slots: int) -> None:
         """Raise :class:`DriverFencedError` if a newer driver took the application over."""
@@ -115,8 +113,9 @@ class _Reported(Protocol):
     fatal: Exception | None
 
 
-def raise_fatal(results: Iterable[_Reported]) -> None:
-    """Raise the first error a slot task reported as fatal."""
+def fatal_error(results: Iterable[_Reported]) -> Exception | None:
+    """The first error a slot task of a lease reported as fatal, if any."""
     for result in sorted(results, key=lambda r: r.slot):
         if result.fatal is not None:
-            raise result.fatal
+            return result.fatal
+    return None

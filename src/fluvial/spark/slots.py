@@ -485,6 +485,11 @@ def _janitor_loop() -> None:
                     want = _want_file(root, entry.slots_dir, task_dir)
                     with contextlib.suppress(OSError):
                         wanter = want.read_text()
+                        if not _alive(wanter):
+                            # Its process died while it waited (a kill -9 mid-start): the
+                            # want would close every later holder of the directory. A
+                            # newcomer's want overwrites it.
+                            continue
                         if task_dir.parent == standbys and entry.worker.standbys is not None:
                             # Another slot's task starting here wants the copy (this process
                             # may run it): only the copy goes; idle, at once (under the lock,
@@ -502,6 +507,17 @@ def _janitor_loop() -> None:
             log.info("releasing slot %d: another process runs it now, or its layout is gone",
                      entry.slot)  # fmt: skip
             _close(entry.worker, clean=False)
+
+
+def _alive(pid_text: str) -> bool:
+    """Whether the process that wrote a want file (on this host) still runs."""
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True  # another user's process; a file being written
+    return True
 
 
 def _discard(entry: _Entry, *, clean: bool) -> None:
