@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from fluvial.kafka import LocalKafka, free_port
 from fluvial.kafka.admin import TopicSpec, create_topics
 from tests import processes
-from tests.runtime.harness import APP, wait_until
+from tests.event_times import event_time_base_ms
+from tests.runtime.harness import APP, PageView, produce, read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -23,9 +25,12 @@ STOP_TIMEOUT_S = 4.0
 SLACK_S = 20.0
 
 
-def start_run(bootstrap: str, tmp_path: Path, app_id: str) -> tuple[subprocess.Popen, Path]:
+def start_run(
+    bootstrap: str, tmp_path: Path, app_id: str, *, commit_interval_ms: int = 500
+) -> tuple[subprocess.Popen, Path]:
     env = {
         **os.environ,
+        "FLUVIAL_TEST_COMMIT_MS": str(commit_interval_ms),
         "FLUVIAL_TEST_INPUT": "pageviews",
         "FLUVIAL_TEST_OUTPUT": "counts",
         "FLUVIAL_TEST_APP_ID": app_id,
@@ -47,6 +52,13 @@ def seconds_to_exit_after_sigterm(proc: subprocess.Popen) -> tuple[float, int]:
     return time.monotonic() - sent, code
 
 
+def uncommitted_repartition_records(bootstrap: str, app_id: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics
+              if t.startswith(f"{app_id}-") and t.endswith("-repartition")]  # fmt: skip
+    return sum(len(read_topic(bootstrap, t, committed_only=False)) for t in topics)
+
+
 def test_sigterm_while_the_brokers_cannot_be_reached_at_start(tmp_path: Path) -> None:
     """Nothing listens on the bootstrap port: start-up blocks in the Kafka client."""
     proc, log = start_run(f"127.0.0.1:{free_port()}", tmp_path, "no-broker")
@@ -61,11 +73,20 @@ def test_sigterm_after_the_broker_stopped_answering(tmp_path: Path) -> None:
     with LocalKafka(tmp_path / "kafka", port=free_port(), heap="512m") as kafka:
         bootstrap = kafka.bootstrap_servers
         create_topics(bootstrap, [TopicSpec("pageviews"), TopicSpec("counts")])
-        proc, log = start_run(bootstrap, tmp_path, "hung-broker")
+        # No commit falls due while the test runs: once output shows up uncommitted, the
+        # stop has a transaction to commit, and committing it needs the broker.
+        proc, log = start_run(bootstrap, tmp_path, "hung-broker", commit_interval_ms=3_600_000)
         broker_pid = kafka.pid(1)
         assert broker_pid is not None
         wait_until(lambda: "Ctrl-C commits and stops" in log.read_text(), 120,
                    "the application to run its tasks")  # fmt: skip
+        base_ms = event_time_base_ms()
+        produce(bootstrap, "pageviews",
+                [PageView(f"user-{i}", "news", 40_000, base_ms + i) for i in range(5)])  # fmt: skip
+        # The counts are keyed by category, so the records go through a repartition topic
+        # first; there they sit in the open transaction, which only the stop can commit.
+        wait_until(lambda: uncommitted_repartition_records(bootstrap, "hung-broker") > 0, 120,
+                   "repartition records in the open transaction")  # fmt: skip
         os.kill(broker_pid, signal.SIGSTOP)
         try:
             elapsed, code = seconds_to_exit_after_sigterm(proc)
