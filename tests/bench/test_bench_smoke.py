@@ -71,3 +71,43 @@ def test_report_writes_markdown_for_a_results_file(tmp_path: Path) -> None:
     assert "| fluvial-local | figure2 |" in text
     assert "4.00x" in text  # fluvial / Quix, and the >= 3x target met
     assert (tmp_path / "report" / "throughput.png").stat().st_size > 0
+
+
+def test_report_keeps_earlier_runs_in_its_history_and_judges_the_cached_run(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "machine": {"cpu": "test", "cores": 2, "memory_gib": 24.0, "os": "Linux"},
+        "versions": {"fluvial": "0.1.0", "python": "3.11", "kafka": "4.3.1", "librdkafka": "2"},
+    }
+    run = {
+        "workload": "figure2", "mode": "throughput", "guarantee": "exactly_once_v2",
+        "commit_interval_ms": 100, "records": 10, "partitions": 1, "version": "",
+        "config": {"x": 1}, "status": "ok", "throughput_rps": 1000.0, "seconds": 0.01,
+        "startup_s": 1.0, "cpu_s_per_million": 5.0, "cpu_us_per_record": 5.0,
+        "peak_rss_mb": 50.0, "output_records": 10, "load_average": [3.5, 3.0, 2.0],
+        "load_average_end": [4.25, 3.0, 2.0],
+    }  # fmt: skip
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"environment": {**env, "date": "2026-01-01 00:00 UTC"},
+                                 "runs": [{**run, "system": "fluvial-local"},
+                                          {**run, "system": "quix", "throughput_rps": 900.0}]}))  # fmt: skip
+    second.write_text(json.dumps({"environment": {**env, "date": "2026-02-01 00:00 UTC"},
+                                  "runs": [{**run, "system": "fluvial-local+cache"},
+                                           {**run, "system": "quix", "throughput_rps": 100.0}]}))  # fmt: skip
+    history = tmp_path / "history.json"
+
+    write_report([first], tmp_path / "report", history)
+    text = write_report([second], tmp_path / "report", history).read_text()
+    write_report([second], tmp_path / "report", history)  # a file already kept is kept once
+
+    assert (
+        "| figure2 EOS 100 ms, fluvial's record cache on: fluvial >= 5x Quix Streams | 10.00x | met |"
+        in text
+    )
+    assert "| 3.5 → 4.2 |" in text  # the load beside the run, at its start and its end
+    kept = json.loads(history.read_text())["entries"]
+    assert [e["date"] for e in kept] == ["2026-01-01 00:00 UTC", "2026-02-01 00:00 UTC"]
+    assert (
+        "| 2026-01-01 00:00 UTC |  | quix | figure2 | exactly_once_v2 | 100 ms | 10 | 900 |" in text
+    )

@@ -174,6 +174,7 @@ def run_bench(
     profile_dir: Path | None = None,
     client_config: dict[str, str] | None = None,
     client_config_file: Path | None = None,
+    cache_max_bytes: int = 0,
 ) -> dict[str, Any]:
     """Run every combination; returns the results document (also written to ``json_out``)."""
     from fluvial.bench.harness import kafka, new_spec, run_latency, run_throughput
@@ -197,6 +198,7 @@ def run_bench(
                             profile_dir=profile_dir if name.startswith("fluvial") else None,
                             client_config=client_config,
                             client_config_file=client_config_file,
+                            cache_max_bytes=cache_max_bytes,
                         )  # fmt: skip
                         if rate:
                             run = run_latency(system, spec, rate=rate, seconds=seconds)
@@ -235,6 +237,14 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
                 "on the same broker and input: a change against its baseline in one run"
             ),
         ] = None,
+        cache_max_bytes: Annotated[
+            int,
+            typer.Option(
+                help="fluvial's record cache budget in bytes (0: off, as in the Kafka Streams "
+                "peer; 10485760 is fluvial's default). Results name such runs fluvial-...+cache; "
+                "peers keep their own settings"
+            ),
+        ] = 0,
     ) -> None:
         bootstrap, settings, settings_file = _security(bootstrap_servers, client_config)
         run_bench(
@@ -242,6 +252,7 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
             records=records, partitions=partitions, bootstrap=bootstrap,
             json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
             client_config=settings, client_config_file=settings_file,
+            cache_max_bytes=_non_negative(cache_max_bytes, "--cache-max-bytes"),
         )  # fmt: skip
 
     command.__doc__ = f"Workload {workload}: {WORKLOADS[workload].description}."
@@ -250,6 +261,12 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
 
 for _name in WORKLOADS:
     bench_app.command(_name)(_workload_command(_name))
+
+
+def _non_negative(value: int, option: str) -> int:
+    if value < 0:
+        raise typer.BadParameter(f"{option} must not be negative, got {value}")
+    return value
 
 
 def _csv(value: str) -> list[str]:
@@ -416,11 +433,18 @@ def report(
     out: Annotated[Path, typer.Option(help="Directory for report.md and the PNG plots")] = Path(
         "bench-report"
     ),
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            help="A JSON file of earlier runs: the given results are added to it (once each) "
+            "and the report ends with a table of every run it holds"
+        ),
+    ] = None,
 ) -> None:
     """Write a markdown table and PNG plots (throughput, EOS overhead, latency, engines)."""
     from fluvial.bench.report import write_report
 
-    path = write_report(files, out)
+    path = write_report(files, out, history)
     console.print(f"wrote {path} and its plots", highlight=False)
 
 

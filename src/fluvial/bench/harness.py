@@ -130,6 +130,7 @@ def new_spec(
     profile_dir: Path | None = None,
     client_config: dict[str, str] | None = None,
     client_config_file: Path | None = None,
+    cache_max_bytes: int = 0,
 ) -> RunSpec:
     token = uuid.uuid4().hex[:8]
     base = f"bench-{workload}-{system}-{token}"
@@ -151,6 +152,7 @@ def new_spec(
         profile_to=(profile_dir / f"{base}.txt") if profile_dir else None,
         client_config=dict(client_config or {}),
         client_config_file=client_config_file,
+        cache_max_bytes=cache_max_bytes,
     )
 
 
@@ -284,7 +286,7 @@ def _delete_topics(spec: RunSpec, app_prefix: str) -> None:
 
 def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
     return {
-        "system": system.name,
+        "system": system.label(spec),
         "workload": spec.workload,
         "mode": mode,
         "guarantee": spec.guarantee,
@@ -294,6 +296,8 @@ def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
         "version": system.version(),
         "config": system.config(spec),
         "pinning": PINNING.describe(),
+        # The machine is often shared: the load beside each run says how far to trust it.
+        "load_average": list(os.getloadavg()),
         "status": "ok",
     }
 
@@ -335,6 +339,7 @@ def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> 
         seconds = max(done_at - first, 1e-3)
         cpu = launched.tree.cpu_between(first, done_at)
         result.update(
+            load_average_end=list(os.getloadavg()),
             throughput_rps=spec.records / seconds,
             seconds=seconds,
             startup_s=first - launched.launched_at,

@@ -19,7 +19,9 @@ from fluvial.errors import FluvialError
 Run = dict[str, Any]
 EOS, ALOS = "exactly_once_v2", "at_least_once"
 SYSTEM_ORDER = (
-    "fluvial-local", "fluvial-baseline", "fluvial-spark", "kafka-streams", "quix", "faust", "spark-ss", "spark-ss-eos",
+    "fluvial-local", "fluvial-local+cache", "fluvial-baseline", "fluvial-baseline+cache",
+    "fluvial-spark", "fluvial-spark+cache", "kafka-streams", "quix", "faust", "spark-ss",
+    "spark-ss-eos",
     "ceiling", "ceiling-json",
 )  # fmt: skip
 
@@ -66,6 +68,8 @@ def targets(runs: list[Run]) -> list[tuple[str, str, str]]:
               ("fluvial-local", *fig2), ("kafka-streams", *fig2), 1.0)  # fmt: skip
     ratio_row("figure2 EOS 100 ms: fluvial >= 0.6x the hand-written ceiling",
               ("fluvial-local", *fig2), ("ceiling", *fig2), 0.6)  # fmt: skip
+    ratio_row("figure2 EOS 100 ms, fluvial's record cache on: fluvial >= 5x Quix Streams",
+              ("fluvial-local+cache", *fig2), ("quix", *fig2), 5.0)  # fmt: skip
     for system, workload, guarantee, commit in sorted(t):
         if guarantee == EOS and commit == 100 and system.startswith("fluvial"):
             alos = (system, workload, ALOS, 100)
@@ -88,15 +92,19 @@ def targets(runs: list[Run]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def markdown(docs: list[tuple[dict[str, Any], list[Run]]], plots: list[str]) -> str:
+def markdown(
+    docs: list[tuple[dict[str, Any], list[Run]]],
+    plots: list[str],
+    history: list[dict[str, Any]] | None = None,
+) -> str:
     lines = ["# fluvial bench report", ""]
     for env, runs in docs:
         lines += [f"*{one_line(env)}*", ""]
         if any(r["mode"] == "throughput" for r in runs):
             lines += [
                 "| system | workload | guarantee | commit | records | throughput (rec/s) | "
-                "CPU µs / record | peak RSS (MiB) | startup (s) | output records |",
-                "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+                "CPU µs / record | peak RSS (MiB) | startup (s) | output records | load |",
+                "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in sorted((r for r in runs if r["mode"] == "throughput"), key=_sort_key):
                 head = (f"| {r['system']} | {r['workload']} | {_guarantee(r)} | "
@@ -105,10 +113,10 @@ def markdown(docs: list[tuple[dict[str, Any], list[Run]]], plots: list[str]) -> 
                     lines.append(
                         f"{head} {r['throughput_rps']:,.0f} | {r['cpu_s_per_million']:.1f} | "
                         f"{r['peak_rss_mb']:.0f} | {r['startup_s']:.1f} | "
-                        f"{r['output_records']:,} |"
+                        f"{r['output_records']:,} | {_load(r)} |"
                     )
                 else:
-                    lines.append(f"{head} {r['status']}: {r.get('reason', '')} | | | | |")
+                    lines.append(f"{head} {r['status']}: {r.get('reason', '')} | | | | | |")
             lines.append("")
         latency = [r for r in runs if r["mode"] == "latency"]
         if latency:
@@ -149,7 +157,17 @@ def markdown(docs: list[tuple[dict[str, Any], list[Run]]], plots: list[str]) -> 
             lines.append(f"- **{system}** skipped some runs: {reason}")
         lines.append("")
     lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    if history:
+        lines += ["", *history_markdown(history)]
     return "\n".join(lines) + "\n"
+
+
+def _load(run: Run) -> str:
+    """The 1-minute load average at the start and the end of the run, where recorded."""
+    start, end = run.get("load_average"), run.get("load_average_end")
+    if not start:
+        return ""
+    return f"{start[0]:.1f} → {end[0]:.1f}" if end else f"{start[0]:.1f}"
 
 
 def _guarantee(run: Run) -> str:
@@ -162,6 +180,62 @@ def _guarantee(run: Run) -> str:
 def _sort_key(run: Run) -> tuple[Any, ...]:
     order = SYSTEM_ORDER.index(run["system"]) if run["system"] in SYSTEM_ORDER else 99
     return (run["workload"], run["guarantee"], run["commit_interval_ms"], order)
+
+
+# -- history ----------------------------------------------------------------------------------
+
+HISTORY_FIELDS = (
+    "system", "workload", "guarantee", "commit_interval_ms", "records", "throughput_rps",
+    "cpu_us_per_record", "load_average",
+)  # fmt: skip
+
+
+def update_history(
+    path: Path, docs: list[tuple[dict[str, Any], list[Run]]]
+) -> list[dict[str, Any]]:
+    """Add each results file's throughput runs to the history file, once per file (by its
+    date), and return every entry, oldest first. Earlier numbers so stay beside new ones."""
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"entries": []}
+    entries: list[dict[str, Any]] = data["entries"]
+    known = {entry["date"] for entry in entries}
+    for env, runs in docs:
+        rows = [
+            {field: run.get(field) for field in HISTORY_FIELDS}
+            for run in sorted(runs, key=_sort_key)
+            if run["mode"] == "throughput" and run["status"] == "ok"
+        ]
+        if rows and env["date"] not in known:
+            entries.append({"date": env["date"], "note": "", "runs": rows})
+            known.add(env["date"])
+    entries.sort(key=lambda entry: entry["date"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return entries
+
+
+def history_markdown(entries: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "## History",
+        "",
+        "Every run kept in the history file, oldest first. Each group of rows shares one run and "
+        "one machine state; compare systems within a group, not across groups.",
+        "",
+        "| date | note | system | workload | guarantee | commit | records | rec/s | "
+        "CPU µs / record | load |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for entry in entries:
+        for run in entry["runs"]:
+            commit, records = run.get("commit_interval_ms"), run.get("records")
+            cpu, load = run.get("cpu_us_per_record"), run.get("load_average")
+            cells = [
+                entry["date"], entry.get("note", ""), run["system"], run["workload"],
+                run["guarantee"], "" if commit is None else f"{commit} ms",
+                "" if records is None else f"{records:,}", f"{run['throughput_rps']:,.0f}",
+                "" if cpu is None else f"{cpu:.1f}", f"{load[0]:.1f}" if load else "",
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -287,8 +361,11 @@ def plot_engines(runs: list[Run], caption: str, path: Path) -> bool:
     return True
 
 
-def write_report(files: list[Path], out: Path) -> Path:
-    """Write ``out/report.md`` and its PNG plots; returns the markdown's path."""
+def write_report(files: list[Path], out: Path, history: Path | None = None) -> Path:
+    """Write ``out/report.md`` and its PNG plots; returns the markdown's path.
+
+    With ``history``, the runs of ``files`` are added to that JSON file (once each) and the
+    report ends with every run the file holds."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as error:
@@ -310,6 +387,7 @@ def write_report(files: list[Path], out: Path) -> Path:
         path = out / f"{name}.png"
         if plot(runs, caption, path):
             plots.append(str(path))
+    entries = update_history(history, docs) if history is not None else None
     report = out / "report.md"
-    report.write_text(markdown(docs, plots))
+    report.write_text(markdown(docs, plots, entries))
     return report

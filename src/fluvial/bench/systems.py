@@ -44,6 +44,8 @@ class RunSpec:
     # the file they came from, if any, is what fluvial's processes are pointed at.
     client_config: dict[str, str] = field(default_factory=dict)
     client_config_file: Path | None = None
+    # fluvial's record cache budget (0: off, as in the Kafka Streams peer).
+    cache_max_bytes: int = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -68,6 +70,10 @@ class System:
 
     def group(self, spec: RunSpec) -> str:
         return spec.app_id
+
+    def label(self, spec: RunSpec) -> str:
+        """The system as results name it: its name, plus what sets this run apart."""
+        return self.name
 
     def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -104,6 +110,7 @@ class FluvialSystem(System):
             "FLUVIAL_BENCH_GUARANTEE": spec.guarantee,
             "FLUVIAL_BENCH_COMMIT_MS": str(spec.commit_ms),
             "FLUVIAL_BENCH_STATE_DIR": str(spec.work_dir / "state"),
+            "FLUVIAL_BENCH_CACHE_BYTES": str(spec.cache_max_bytes),
         }
         if spec.client_config_file is not None:
             env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(spec.client_config_file.resolve())
@@ -115,7 +122,7 @@ class FluvialSystem(System):
         cfg: dict[str, object] = {
             "processing_guarantee": spec.guarantee,
             "commit_interval_ms": spec.commit_ms,
-            "cache_max_bytes": 0,
+            "cache_max_bytes": spec.cache_max_bytes,
             "state": "RocksDB (default stores)",
         }
         if self.engine == "spark":
@@ -123,6 +130,9 @@ class FluvialSystem(System):
         else:
             cfg["workers"] = 1
         return cfg
+
+    def label(self, spec: RunSpec) -> str:
+        return f"{self.name}+cache" if spec.cache_max_bytes else self.name
 
     def version(self) -> str:
         import fluvial

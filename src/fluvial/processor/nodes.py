@@ -52,18 +52,20 @@ class SinkProcessor(FusableProcessor):
     def fuse(self, downstream: Step) -> Step:
         topic, partitioner, send = self.topic, self.partitioner, self.collector.send
         key_serde, value_serde = self.key_serde, self.value_serde
-        serialize_key = (
-            key_serde.serialize if key_serde is not None
-            else lambda topic, key: _serialize(None, topic, key, "key")
-        )  # fmt: skip
-        serialize_value = (
-            value_serde.serialize if value_serde is not None
-            else lambda topic, value: _serialize(None, topic, value, "value")
-        )  # fmt: skip
+        inferred = _INFERRED_BY_TYPE
 
         def sink(key: Any, value: Any, origin: Record[Any, Any]) -> None:
-            key_bytes = serialize_key(topic, key)
-            value_bytes = serialize_value(topic, value)
+            # Without a serde, the one for the object's type (looked up here: once per record).
+            serde = key_serde or inferred.get(type(key))
+            key_bytes = (
+                _serialize(None, topic, key, "key") if serde is None
+                else serde.serialize(topic, key)
+            )  # fmt: skip
+            serde = value_serde or inferred.get(type(value))
+            value_bytes = (
+                _serialize(None, topic, value, "value") if serde is None
+                else serde.serialize(topic, value)
+            )  # fmt: skip
             partition = None if partitioner is None else partitioner(topic, key, value, -1)
             headers = origin.headers
             send(topic, key_bytes, value_bytes, origin.timestamp_ms,

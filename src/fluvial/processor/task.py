@@ -112,6 +112,7 @@ class StreamTask:
         self._consumed: dict[TopicPartition, int] = {}
         self._sources = subtopology.source_node_for()
         self._idle_since: int | None = None
+        self._max_idle_ms = to_millis(config.max_task_idle_ms, "max_task_idle_ms")
 
         # One byte budget for all of the task's record caches, evicting LRU across them.
         self.cache = ThreadCache(int(config.cache_max_bytes))
@@ -379,7 +380,7 @@ class StreamTask:
         ready = [tp for tp, queue in self._queues.items() if queue]
         if not ready:
             return None
-        max_idle = to_millis(self.config.max_task_idle_ms, "max_task_idle_ms")
+        max_idle = self._max_idle_ms
         if len(ready) < len(self._queues) and max_idle > 0:
             if self._idle_since is None:
                 self._idle_since = self.wall_clock_ms

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from fluvial.state.base import (
+    NO_TIME,
     ChangeListener,
     ChangelogRecord,
     KeyValueStore,
@@ -99,19 +100,38 @@ class _Cache(Generic[CK]):
         self._entries: dict[CK, _Entry] = {}
         # Keys in order of their latest dirtying write: flushes go downstream in that order.
         self._dirty: dict[CK, None] = {}
+        # Opened and closed through this layer; a flag is cheaper than asking the inner store.
+        self._opened = bool(self.inner.is_open)
+
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise RuntimeError(
+                f"state store {self.inner.name!r} is not open: call init(state_dir) before using it"
+            )
 
     def _cache_put(self, key: CK, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
-        self._entries[key] = _Entry(value, dirty, timestamp_ms)
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = _Entry(value, dirty, timestamp_ms)
+        else:  # updated in place: one entry object per key while it is cached
+            entry.value, entry.dirty, entry.timestamp_ms = value, dirty, timestamp_ms
         if dirty:
             self._dirty.pop(key, None)
             self._dirty[key] = None
-        self.thread_cache._touch(self._owner_id, key, self._size(key, value))
-        self.thread_cache._maybe_evict()
+        # ThreadCache._touch and _maybe_evict, written out: this runs for every write.
+        cache = self.thread_cache
+        slot = (self._owner_id, key)
+        size = self._size(key, value)
+        cache.size_bytes += size - cache._lru.get(slot, 0)
+        cache._lru[slot] = size
+        cache._lru.move_to_end(slot)
+        if cache.size_bytes > cache.max_bytes:
+            cache._maybe_evict()
 
     def _cache_get(self, key: CK) -> _Entry | None:
         entry = self._entries.get(key)
         if entry is not None:
-            self.thread_cache._touch(self._owner_id, key)
+            self.thread_cache._lru.move_to_end((self._owner_id, key))  # ThreadCache._touch
         return entry
 
     def _forget(self, key: CK) -> None:
@@ -177,6 +197,7 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
 
     def init(self, state_dir: Path | None = None) -> None:
         self.inner.init(state_dir)
+        self._opened = True
 
     def flush(self) -> None:
         # Cache first: the inner store's flush must cover the writes the cache just made.
@@ -186,10 +207,12 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
     def close(self) -> None:
         if self.inner.is_open:
             self._flush_dirty()
+        self._opened = False
         self.discard()
         self.inner.close()
 
     def destroy(self) -> None:
+        self._opened = False
         self.discard()
         self.inner.destroy()
 
@@ -313,6 +336,7 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
 
     def init(self, state_dir: Path | None = None) -> None:
         self.inner.init(state_dir)
+        self._opened = True
         self.observed_stream_time = max(self.observed_stream_time, self.inner.observed_stream_time)
 
     def flush(self) -> None:
@@ -322,10 +346,12 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
     def close(self) -> None:
         if self.inner.is_open:
             self._flush_dirty()
+        self._opened = False
         self.discard()
         self.inner.close()
 
     def destroy(self) -> None:
+        self._opened = False
         self.discard()
         self.inner.destroy()
         self.observed_stream_time = -(2**63)
@@ -341,16 +367,23 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
     def put(
         self, key: bytes, value: bytes | None, window_start_ms: int, timestamp_ms: int = 0
     ) -> None:
-        self._check_open()
-        self.observed_stream_time = max(self.observed_stream_time, window_start_ms)
-        if window_start_ms <= self.expired_before():
-            return
-        self._cache_put((bytes(key), window_start_ms), value, True, timestamp_ms)
+        if not self._opened:
+            self._check_open()
+        stream_time = self.observed_stream_time
+        if window_start_ms > stream_time:
+            self.observed_stream_time = stream_time = window_start_ms
+        if window_start_ms <= stream_time - self.retention_ms and stream_time != NO_TIME:
+            return  # expired
+        if type(key) is not bytes:
+            key = bytes(key)
+        self._cache_put((key, window_start_ms), value, True, timestamp_ms)
 
     def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
-        self._check_open()
-        if window_start_ms <= self.expired_before():
-            return None
+        if not self._opened:
+            self._check_open()
+        stream_time = self.observed_stream_time
+        if window_start_ms <= stream_time - self.retention_ms and stream_time != NO_TIME:
+            return None  # expired
         entry = self._cache_get((key, window_start_ms))
         if entry is not None:
             return entry.value

@@ -51,6 +51,7 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
 
     def init(self, state_dir: Path | None = None) -> None:
         self.inner.init(state_dir)
+        self._opened = True
         self.observed_stream_time = max(self.observed_stream_time, self.inner.observed_stream_time)
 
     def flush(self) -> None:
@@ -60,10 +61,12 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
     def close(self) -> None:
         if self.inner.is_open:
             self._flush_dirty()
+        self._opened = False
         self.discard()
         self.inner.close()
 
     def destroy(self) -> None:
+        self._opened = False
         self.discard()
         self.inner.destroy()
         self.observed_stream_time = self.inner.observed_stream_time
