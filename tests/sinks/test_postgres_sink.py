@@ -300,6 +300,8 @@ def test_a_new_instance_fences_the_old_one(
         ({"value_serde": "json", "value_schema": "kafka_offset long"}, "clash"),
         ({"mode": "merge"}, "mode='merge' is unknown"),
         ({"on_bad_row": "dead_letter"}, "needs dead_letter_topic"),
+        ({"on_bad_row": "skip"}, r"on_bad_row='skip' is unknown: use 'fail' \(stop the sink\)"),
+        ({"dead_letter_topic": "d"}, "on_bad_row='fail' stops at bad rows"),
         ({"window_size_ms": 5000, "session_windows": True}, "exclude each other"),
         ({"sink_id": "a b"}, "sink_id 'a b' is invalid"),
     ],

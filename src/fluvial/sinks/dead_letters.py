@@ -24,6 +24,23 @@ SOURCE_HEADERS = ("fluvial.source.topic", "fluvial.source.partition", "fluvial.s
 SPARK_HEADERS = ("fluvial.spark.sink", "fluvial.spark.batch")
 
 
+def check_on_bad_row(on_bad_row: str, dead_letter_topic: str | None, *, stopping: str) -> None:
+    """Check a sink's ``on_bad_row`` against its ``dead_letter_topic``; raises
+    :class:`ConfigError`. ``stopping`` names what ``'fail'`` stops (the sink, the query)."""
+    if on_bad_row not in ("fail", "dead_letter"):
+        raise ConfigError(
+            f"on_bad_row={on_bad_row!r} is unknown: use 'fail' (stop {stopping}) or "
+            "'dead_letter' (send bad records to dead_letter_topic)"
+        )
+    if on_bad_row == "dead_letter" and not dead_letter_topic:
+        raise ConfigError("on_bad_row='dead_letter' needs dead_letter_topic")
+    if on_bad_row == "fail" and dead_letter_topic:
+        raise ConfigError(
+            "dead_letter_topic is set but on_bad_row='fail' stops at bad rows: "
+            "set on_bad_row='dead_letter' to use it"
+        )
+
+
 def check_dead_letter_topic(client: Any, topic: str, bootstrap_servers: str) -> None:
     """Raise :class:`ConfigError` unless ``topic`` exists (``client``: a producer or admin)."""
     try:

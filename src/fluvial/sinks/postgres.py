@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from fluvial.config import to_millis
 from fluvial.errors import ConfigError, FluvialError
 from fluvial.sinks.columns import BadRecord, RowCodec, millis_to_datetime
-from fluvial.sinks.dead_letters import DeadLetters
+from fluvial.sinks.dead_letters import DeadLetters, check_on_bad_row
 from fluvial.sinks.store import (
     BadRowError,
     ConnectionLost,
@@ -153,18 +153,7 @@ class PostgresSink:
             raise ConfigError(
                 f"sink_id {self.sink_id!r} is invalid: use letters, digits, '.', '_' and '-'"
             )
-        if on_bad_row not in ("fail", "dead_letter"):
-            raise ConfigError(
-                f"on_bad_row={on_bad_row!r} is unknown: use 'fail' (stop the sink) or "
-                "'dead_letter' (send bad records to dead_letter_topic)"
-            )
-        if on_bad_row == "dead_letter" and not dead_letter_topic:
-            raise ConfigError("on_bad_row='dead_letter' needs dead_letter_topic")
-        if on_bad_row == "fail" and dead_letter_topic:
-            raise ConfigError(
-                "dead_letter_topic is set but on_bad_row='fail' stops at bad rows: "
-                "set on_bad_row='dead_letter' to use it"
-            )
+        check_on_bad_row(on_bad_row, dead_letter_topic, stopping="the sink")
         self.on_bad_row = on_bad_row
         self.dead_letter_topic = dead_letter_topic
         self.commit_interval_ms = to_millis(commit_interval_ms, "commit_interval_ms")

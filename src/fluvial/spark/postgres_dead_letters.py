@@ -37,6 +37,7 @@ from fluvial.sinks.dead_letters import (
     ERROR_HEADER,
     SPARK_HEADERS,
     check_dead_letter_topic,
+    check_on_bad_row,
     produce_all,
 )
 from fluvial.spark.markers import BatchMarker, marker_partitions, read_markers
@@ -234,22 +235,11 @@ def check_bad_row_options(
     client_config: Mapping[str, Any] | None,
 ) -> None:
     """Check the dead-letter options of a sink; raises :class:`ConfigError`."""
-    if on_bad_row not in ("fail", "dead_letter"):
-        raise ConfigError(
-            f"on_bad_row={on_bad_row!r} is unknown: use 'fail' (stop the query) or "
-            "'dead_letter' (send bad rows to dead_letter_topic)"
-        )
-    if on_bad_row == "dead_letter" and not dead_letter_topic:
-        raise ConfigError("on_bad_row='dead_letter' needs dead_letter_topic")
+    check_on_bad_row(on_bad_row, dead_letter_topic, stopping="the query")
     if on_bad_row == "dead_letter" and not bootstrap_servers:
         raise ConfigError(
             "on_bad_row='dead_letter' needs bootstrap_servers: the Kafka cluster of "
             "dead_letter_topic"
-        )
-    if on_bad_row == "fail" and dead_letter_topic:
-        raise ConfigError(
-            "dead_letter_topic is set but on_bad_row='fail' stops at bad rows: "
-            "set on_bad_row='dead_letter' to use it"
         )
     if on_bad_row == "fail" and (bootstrap_servers or client_config):
         raise ConfigError(
