@@ -161,3 +161,54 @@ def test_a_query_during_restore_gets_503_with_retry_after_never_a_wrong_value(
     assert restoring, "no query met a restoring task: it must be refused with 503"
     wrong = [(w, v) for w, v in querier.answers if v != oracle[w]]
     assert not wrong, f"answers from a partly restored store: {wrong[:5]}"
+
+
+@READERS
+def test_latest_shows_state_a_crash_takes_back_and_committed_never_does(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, reader: bool
+) -> None:
+    """The control of the crash test above: the answers it must never see exist.
+
+    The application commits every 20 s. Once a window's count is processed and waits for the
+    next commit, ``latest`` answers it while ``committed`` and the committed output do not. A
+    kill -9 then aborts that transaction: what ``latest`` answered was never committed. After
+    the restart both reach the final count, and the output holds each revision once.
+    """
+    views = in_grace_views(seed=5, count=800)
+    oracle = counts_of(views)
+    (category, start), expected = max(oracle.items(), key=lambda item: item[1])
+    path = f"/stores/{STORE}/keys/{category}?time={start}&isolation="
+    runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
+                          topic_factory("counts"), tmp_path / "state", commit_ms=20_000,
+                          reader=reader)  # fmt: skip
+
+    def value(isolation: str) -> int | None:
+        answer = get(runner.port, path + isolation)
+        assert answer.status == 200, (isolation, answer.status, answer.body)
+        return answer.body["value"] if answer.body["found"] else None
+
+    def committed_output() -> list[int]:
+        return [n for w, n in read_revisions(bootstrap_servers, runner.output_topic)
+                if w == (category, start)]  # fmt: skip
+
+    runner.start()
+    try:
+        runner.wait_serving()
+        check_serving_from(runner, reader)
+        produce(bootstrap_servers, runner.input_topic, views)
+        # The repartitioned records commit first; the counts wait for the commit after.
+        wait_until(lambda: value("latest") == expected, 180, "latest to answer the count")
+        committed_before, output_before = value("committed"), committed_output()
+        runner.kill9()
+        assert committed_before is None and output_before == [], (committed_before, output_before)
+        runner.start()
+        runner.wait_serving()
+        wait_until(lambda: dict(read_revisions(bootstrap_servers, runner.output_topic)) == oracle,
+                   180, "the committed output to reach the oracle")  # fmt: skip
+        wait_until(lambda: value("committed") == expected, 60, "committed to answer the count")
+        assert value("latest") == expected
+        assert runner.stop() == 0, runner.output()
+    finally:
+        if runner.alive():
+            runner.kill9()
+    assert committed_output() == list(range(1, expected + 1))
