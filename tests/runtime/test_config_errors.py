@@ -6,8 +6,8 @@ import pytest
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import ConfigError, TopologyError
+from fluvial.kafka.security import redacted
 from fluvial.runtime import Application
-from fluvial.runtime.clients import redacted
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (
 
 from fluvial.acls import AclRule, derive_acls
 from fluvial.kafka import free_port
+from fluvial.kafka.security import write_client_properties
 from fluvial.runtime.loader import load_app
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import (
@@ -128,13 +130,63 @@ def error_within_30s(runner: Runner, marker: str) -> tuple[int, str]:
     return code, runner.output()
 
 
-def fetch(url: str) -> str:
+def process_table() -> dict[int, tuple[int, str]]:
+    """Every process: pid -> (parent pid, command line)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
+            except OSError:
+                continue
+            found[int(entry.name)] = (int(stat.rpartition(")")[2].split()[1]), cmdline)
+    return found
+
+
+def environments_holding(texts: list[str]) -> set[int]:
+    """The processes whose environment holds any of ``texts``."""
+    holders = set()
+    for pid in process_table():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if any(text in environ for text in texts):
+            holders.add(pid)
+    return holders
+
+
+def assert_only_the_driver_holds(runner: Runner, texts: list[str]) -> None:
+    """The driver took ``texts`` from its environment; neither Spark's JVM nor a Python
+    worker (the executors of a local master) may have them in theirs."""
+    assert runner.proc is not None
+    driver = runner.proc.pid
+
+    def python_workers() -> bool:
+        table = process_table()
+        family, grew = {driver}, True
+        while grew:
+            grown = {pid for pid, (parent, _) in table.items() if parent in family}
+            grew = not grown <= family
+            family |= grown
+        return any("pyspark.daemon" in table[pid][1] for pid in family if pid in table)
+
+    wait_until(python_workers, 120, "the driver's Python workers to run", interval_s=0.5)
+    assert environments_holding(texts) == {driver}, "only the driver holds the secrets"
+
+
+def fetch(url: str, token: str | None = None) -> str:
     """GET ``url``, retried while the server is busy (a loaded machine, a JVM starting)."""
     answer: list[str] = []
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def got() -> bool:
         try:
-            answer.append(urllib.request.urlopen(url, timeout=15).read().decode())
+            request = urllib.request.Request(url, headers=headers)
+            answer.append(urllib.request.urlopen(request, timeout=15).read().decode())
         except OSError:
             return False
         return True
@@ -192,6 +244,9 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     assert dropped > 0
     run_env = {**env, "FLUVIAL_KAFKA_CLIENT_CONFIG": str(cluster.properties_file(user))}
     ui_port = free_port()
+    # Secrets the Spark driver takes from its environment: no executor may hold them in its own.
+    held_by_driver: list[str] = []
+    token = None
     if engine == "spark":
         # The Spark UI is on, so that its environment tab can be scanned too; executors get
         # the settings with each lease, never as a Spark setting or on a command line.
@@ -199,6 +254,19 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
             f"spark.ui.enabled=true,spark.ui.port={ui_port},"
             "spark.python.worker.faulthandler.enabled=true"
         )
+        # The password from the environment (as a secret store injects it), beside a file
+        # without it; the token that guards the metrics and query endpoints as well.
+        without_password = cluster.settings(user)
+        password = without_password.pop("sasl.password")
+        settings_file = tmp_path / "app-without-password.properties"
+        write_client_properties(settings_file, cluster.bootstrap, without_password)
+        token = secrets.token_urlsafe(18)
+        run_env.update(
+            FLUVIAL_KAFKA_CLIENT_CONFIG=str(settings_file),
+            FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD=password,
+            FLUVIAL_SERVE_TOKEN=token,
+        )
+        held_by_driver = [password, token]
         runner: Runner = SparkRunner(
             cluster.bootstrap, app_id, input_topic, output_topic, tmp_path / "state",
             commit_ms=300, extra_env=run_env,
@@ -219,13 +287,14 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
         if i // 300 in (2, 5):
             runner.wait_ready()
             outputs[f"metrics before kill {kills}"] = fetch(
-                f"http://127.0.0.1:{metrics_port}/metrics"
+                f"http://127.0.0.1:{metrics_port}/metrics", token
             )
             outputs[f"run output before kill {kills}"] = runner.output()
             if engine == "spark":
                 tab = spark_environment_tab(ui_port)
                 assert "spark.redaction.regex" in tab and "sasl" in tab, tab[:2000]
                 outputs[f"Spark UI environment tab before kill {kills}"] = tab
+                assert_only_the_driver_holds(runner, held_by_driver)
             runner.kill9()
             kills += 1
             runner.start(prometheus_port=metrics_port)

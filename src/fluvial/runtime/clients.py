@@ -1,7 +1,8 @@
 """librdkafka client settings for a fluvial application, in one place.
 
 Only the runtime builds clients. Secrets in ``client_config`` (SASL passwords, TLS keys) are
-passed through to librdkafka and never logged: :func:`redacted` is what logs may show.
+passed through to librdkafka and never logged: :func:`fluvial.kafka.security.redacted` is
+what logs may show.
 """
 
 from __future__ import annotations
@@ -9,16 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.config import StreamsConfig
-
-_SECRET_MARKERS = ("password", "secret", "key", "token", "credentials")
-
-
-def redacted(settings: dict[str, Any]) -> dict[str, Any]:
-    """A copy safe to log: values of secret-looking settings replaced by ``***``."""
-    return {
-        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v)
-        for k, v in settings.items()
-    }
 
 
 def _common(config: StreamsConfig) -> dict[str, Any]:

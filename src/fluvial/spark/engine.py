@@ -157,6 +157,10 @@ class SparkApplication:
         self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
         self._router: RoutingQueryService | None = None
         self._views: DriverViews | None = None
+        from fluvial.runtime.server import TOKEN_ENV  # uvicorn: imported by drivers only
+
+        # The slots' query endpoints require the driver's token: it travels with each lease.
+        self._serve_token = os.environ.get(TOKEN_ENV) or None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -315,6 +319,7 @@ class SparkApplication:
             expected=dict(self._expected),
             final=final,
             standbys=self.standby_layout,
+            serve_token=self._serve_token,
         )
         self.sc.setJobGroup(
             self.job_group,

@@ -86,6 +86,7 @@ class SlotEndpoint:
         workers: Callable[[], list[Worker]],
         *,
         exactly_once: bool,
+        token: str | None = None,
     ) -> None:
         self._topology = topology
         self._application_id = application_id
@@ -97,7 +98,7 @@ class SlotEndpoint:
             stale_unavailable="the driver asks standbys for stale answers",
             standby_queries=lambda: self.standby_queries,
         )  # fmt: skip
-        app, _ = make_app(service, token=os.environ.get(TOKEN_ENV) or None)
+        app, _ = make_app(service, token=token)
         host = os.environ.get(EXECUTOR_HOST_ENV, "127.0.0.1")
         self.server = HttpServer(app, host, 0, name="fluvial-slot-queries")
         self.server.start()
@@ -131,13 +132,15 @@ def slot_endpoint(
     workers: Callable[[], list[Worker]],
     *,
     exactly_once: bool,
+    token: str | None = None,
 ) -> SlotEndpoint:
-    """This process's endpoint for the application (one per process, started on first use)."""
+    """This process's endpoint for the application (one per process, started on first use);
+    ``token``: the bearer token it requires (the driver's, sent with each lease)."""
     with _endpoints_lock:
         endpoint = _endpoints.get(application_id)
         if endpoint is None:
             endpoint = SlotEndpoint(topology, application_id, task_ids, workers,
-                                    exactly_once=exactly_once)  # fmt: skip
+                                    exactly_once=exactly_once, token=token)  # fmt: skip
             _endpoints[application_id] = endpoint
         elif sorted(endpoint.task_ids) != sorted(task_ids):
             endpoint.use_tasks(task_ids)

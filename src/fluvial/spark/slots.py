@@ -40,7 +40,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import StreamsError
+from fluvial.errors import ConfigError, StreamsError
+from fluvial.kafka.security import is_secret_variable
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
@@ -79,12 +80,24 @@ class AppSource:
 
     Topologies hold serde objects that do not pickle, and a cluster node need not share the
     driver's filesystem, so the source travels instead of the object. The driver's
-    ``FLUVIAL_*`` environment travels too, for apps configured from the environment.
+    ``FLUVIAL_*`` environment travels too, for apps configured from the environment, but never
+    a variable that may hold a secret (:func:`~fluvial.kafka.security.is_secret_variable`):
+    the executors would set it in their environment. They get the client settings inside each
+    lease instead (``LeasePlan.config``). Only the names of the withheld variables travel, so
+    that an APP.py that reads one when loaded fails with the reason.
     """
 
     filename: str
     text: str
     env: dict[str, str] = field(default_factory=dict)
+    withheld: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # Variable names only: a value has no business in a log or an error.
+        return (
+            f"AppSource(filename={self.filename!r}, digest={self.digest!r}, "
+            f"env={sorted(self.env)}, withheld={list(self.withheld)})"
+        )
 
     @property
     def digest(self) -> str:
@@ -92,12 +105,10 @@ class AppSource:
 
     @classmethod
     def read(cls, path: Path) -> AppSource:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k.startswith("FLUVIAL_") and k != EXECUTOR_STATE_DIR_ENV
-        }
-        return cls(path.name, path.read_text(), env)
+        names = [k for k in os.environ if k.startswith("FLUVIAL_") and k != EXECUTOR_STATE_DIR_ENV]
+        env = {k: os.environ[k] for k in names if not is_secret_variable(k)}
+        withheld = tuple(sorted(set(names) - set(env)))
+        return cls(path.name, path.read_text(), env, withheld)
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,9 @@ class LeasePlan:
     final: bool = False
     # Standby tasks per slot (never a slot's own active tasks): kept warm between leases.
     standbys: dict[int, list[TaskId]] = field(default_factory=dict)
+    # The bearer token the slots' query endpoints require (the driver's FLUVIAL_SERVE_TOKEN):
+    # it travels here, like the client settings, never in the executors' environment.
+    serve_token: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -263,7 +277,8 @@ def _serve_queries(
     try:
         task_ids = [t for tasks in plan.slots.values() for t in tasks]
         endpoint = slot_endpoint(_topology(source), app_id, task_ids, workers,
-                                 exactly_once=config.exactly_once)  # fmt: skip
+                                 exactly_once=config.exactly_once,
+                                 token=plan.serve_token)  # fmt: skip
         endpoint.register(entry.slots_dir, entry.slot)
         return endpoint.address
     except Exception as error:  # queries are a side service: processing goes on without them
@@ -364,7 +379,18 @@ def _topology(source: AppSource) -> Topology:
             partial = path.with_suffix(f".{os.getpid()}.tmp")
             partial.write_text(source.text)
             partial.replace(path)
-        topology = load_app(path).topology
+        try:
+            topology = load_app(path).topology
+        except KeyError as error:
+            name = error.args[0] if error.args else None
+            if name not in source.withheld:
+                raise
+            raise ConfigError(
+                f"{source.filename} reads ${name} when it is loaded, but the executors rebuild "
+                f"it without that variable: it may hold a secret, and fluvial never puts one "
+                "in the executors' environment (they get the client settings with each lease). "
+                f"Read it only where the driver needs it, e.g. os.environ.get({name!r})"
+            ) from None
         _apps[source.digest] = topology
     return topology
 
