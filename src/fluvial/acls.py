@@ -6,6 +6,10 @@ operations its principal may perform on its topics and groups, so a missing ACL 
 once with the rule to add, before anything is consumed or committed. (Its transactional ids
 are checked right after, when the driver claims its epoch: see :mod:`fluvial.runtime.epoch`.)
 
+The egress sinks an APP.py declares (``egress = [PostgresSink(...)]``) run in the same
+process, under the same principal unless they name settings of their own: their rules are
+part of the application's, and :func:`check_sink_access` checks them before they start.
+
 An ACL that goes missing while the application runs (or that the start could not check) shows
 up as a failure inside a worker; :func:`authorization_error` turns it into the same clear,
 fatal :class:`~fluvial.kafka.security.AuthorizationError`, which engines never retry.
@@ -13,7 +17,7 @@ fatal :class:`~fluvial.kafka.security.AuthorizationError`, which engines never r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +73,10 @@ def driver_group(config: StreamsConfig) -> str:
     return f"{config.application_id}-driver"
 
 
-def derive_acls(topology: Topology, config: StreamsConfig) -> list[AclRule]:
-    """Every ALLOW rule the application needs, and no more.
+def derive_acls(
+    topology: Topology, config: StreamsConfig, egress: Sequence[Any] = ()
+) -> list[AclRule]:
+    """Every ALLOW rule the application and its ``egress`` sinks need, and no more.
 
     READ and WRITE imply DESCRIBE in Kafka, so DESCRIBE is only listed where nothing else is
     needed.
@@ -118,7 +124,38 @@ def derive_acls(topology: Topology, config: StreamsConfig) -> list[AclRule]:
                 "the driver's epoch: a newer driver of the application fences an older one",
             )
         )
-    return sorted(rules)
+    rules.update(egress_acls(egress))
+    return _distinct(rules)
+
+
+def egress_acls(sinks: Iterable[Any]) -> list[AclRule]:
+    """What egress sinks (:class:`~fluvial.sinks.PostgresSink`) need of Kafka.
+
+    Each reads its topics ``read_committed`` by manual assignment from offsets kept in
+    PostgreSQL. Its consumer names the group ``fluvial-sink-SINK_ID`` but never commits to
+    it, and only looks up the group's coordinator, which needs DESCRIBE (as the restore
+    consumers do). Bad rows go to its dead-letter topic, through an idempotent producer.
+    """
+    rules: set[AclRule] = set()
+    for sink in sinks:
+        who = f"egress sink {sink.sink_id!r}"
+        for topic in sink.topics:
+            rules.add(AclRule("TOPIC", "LITERAL", topic, "READ", f"{who} reads it"))
+        rules.add(
+            AclRule("GROUP", "LITERAL", sink.group_id, "DESCRIBE", f"{who}: its consumer's group")
+        )
+        if sink.dead_letter_topic:
+            why = f"{who}: dead letters"
+            rules.add(AclRule("TOPIC", "LITERAL", sink.dead_letter_topic, "WRITE", why))
+    return _distinct(rules)
+
+
+def _distinct(rules: Iterable[AclRule]) -> list[AclRule]:
+    """One rule per resource and operation (the first reason of several), sorted."""
+    chosen: dict[tuple[str, str, str, str], AclRule] = {}
+    for rule in sorted(rules):
+        chosen.setdefault((rule.resource_type, rule.pattern, rule.name, rule.operation), rule)
+    return list(chosen.values())
 
 
 def parse_principal(principal: str) -> str:
@@ -177,7 +214,33 @@ def check_access(topology: Topology, config: StreamsConfig) -> None:
     """
     missing = missing_acls(topology, config)
     if missing:
-        raise AuthorizationError(_explain(config, missing))
+        raise AuthorizationError(_explain_for_app(config, missing))
+
+
+def check_sink_access(sinks: Iterable[Any]) -> None:
+    """Before sinks start (an APP.py's egress, ``fluvial sink postgres``): on a secured
+    cluster, check each one's credentials, then the rules of :func:`egress_acls` under its own
+    settings (an egress sink's are the application's once bound), so that a wrong password or
+    a missing ACL stops it at once with what to fix."""
+    from fluvial.kafka.security import check_connection
+
+    for sink in sinks:
+        if not is_secured(sink.client_config):
+            continue
+        check_connection(sink.bootstrap_servers, sink.client_config)
+        missing = _missing(egress_acls([sink]), set(), sink.bootstrap_servers, sink.client_config)
+        if missing:
+            raise AuthorizationError(
+                _explain(
+                    missing,
+                    subject=f"egress sink {sink.sink_id!r}",
+                    bootstrap=sink.bootstrap_servers,
+                    client_config=sink.client_config,
+                    fix="Create them as an admin (fluvial acls APP.py --principal "
+                    f"{principal_of(sink.client_config) or 'PRINCIPAL'} --apply covers the "
+                    "egress sinks an APP.py declares)",
+                )
+            )
 
 
 @dataclass(frozen=True)
@@ -193,13 +256,6 @@ def missing_acls(
     topology: Topology, config: StreamsConfig, *, timeout_s: float = 30.0
 ) -> list[Missing]:
     """The topic and group rules of :func:`derive_acls` that the principal lacks."""
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient
-
-    rules = derive_acls(topology, config)
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.client_config})
-    existing = set(admin.list_topics(timeout=min(15.0, timeout_s)).topics)
-    literal = {r.name for r in rules if r.resource_type == "TOPIC" and r.pattern == "LITERAL"}
     internal = {
         t.name
         for t in topology.internal_topics(
@@ -207,6 +263,28 @@ def missing_acls(
             additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms),
         )
     }
+    return _missing(
+        derive_acls(topology, config), internal, config.bootstrap_servers, config.client_config,
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def _missing(
+    rules: list[AclRule],
+    internal: set[str],
+    bootstrap: str,
+    client_config: Mapping[str, Any],
+    *,
+    timeout_s: float = 30.0,
+) -> list[Missing]:
+    """The topic and group ``rules`` the principal lacks; ``internal``: the topics a prefixed
+    rule stands for."""
+    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config})
+    existing = set(admin.list_topics(timeout=min(15.0, timeout_s)).topics)
+    literal = {r.name for r in rules if r.resource_type == "TOPIC" and r.pattern == "LITERAL"}
     topics = sorted((literal | internal) & existing)
     # A topic the principal may not even DESCRIBE is missing from the metadata it sees.
     unseen = sorted(literal - existing)
@@ -267,8 +345,29 @@ def _transactional_rules(config: StreamsConfig) -> list[AclRule]:
     ]
 
 
-def _explain(config: StreamsConfig, missing: list[Missing], *, while_running: str = "") -> str:
+def _explain_for_app(
+    config: StreamsConfig, missing: list[Missing], *, while_running: str = ""
+) -> str:
     principal = principal_of(config.client_config) or "this client's principal"
+    return _explain(
+        missing, subject=f"application {config.application_id!r}",
+        bootstrap=config.bootstrap_servers, client_config=config.client_config,
+        while_running=while_running,
+        fix=f"Create them as an admin: fluvial acls APP.py --principal {principal} --apply "
+        "--client-config ADMIN.properties",
+    )  # fmt: skip
+
+
+def _explain(
+    missing: list[Missing],
+    *,
+    subject: str,
+    bootstrap: str,
+    client_config: Mapping[str, Any],
+    fix: str,
+    while_running: str = "",
+) -> str:
+    principal = principal_of(client_config) or "this client's principal"
     lines = []
     for m in missing:
         kind = m.rule.resource_type.lower().replace("_", " ")
@@ -283,10 +382,8 @@ def _explain(config: StreamsConfig, missing: list[Missing], *, while_running: st
             f"add  {m.rule.line(principal).split('  #')[0]}"
         )
     return (
-        f"{principal} is not authorized for what application {config.application_id!r} needs "
-        f"on {config.bootstrap_servers}{while_running}:\n" + "\n".join(lines) + "\n"
-        f"Create them as an admin: fluvial acls APP.py --principal {principal} --apply "
-        "--client-config ADMIN.properties"
+        f"{principal} is not authorized for what {subject} needs on {bootstrap}"
+        f"{while_running}:\n" + "\n".join(lines) + "\n" + fix
     )
 
 
@@ -331,7 +428,7 @@ def authorization_error(
         missing += [Missing(rule, rule.name) for rule in _transactional_rules(config)]
     if missing:
         found = " (found while running)" if running else ""
-        return AuthorizationError(_explain(config, missing, while_running=found))
+        return AuthorizationError(_explain_for_app(config, missing, while_running=found))
     if not denied:
         return None
     principal = principal_of(config.client_config) or "this client's principal"

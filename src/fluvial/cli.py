@@ -373,10 +373,14 @@ def _start_egress(app_file: Path, config):  # noqa: ANN001, ANN202 - returns Egr
     sinks = declared_egress(app_file)
     if not sinks:
         return None
+    from fluvial.acls import check_sink_access
+
     egress = Egress(
         sinks, bootstrap_servers=config.bootstrap_servers, client_config=config.client_config,
         say=lambda line: console.print(line, highlight=False, soft_wrap=True),
     )  # fmt: skip
+    # A missing ACL stops the run here, with the rules to add, before any sink reads.
+    check_sink_access(egress.sinks)
     egress.start()
     return egress
 
@@ -445,10 +449,13 @@ def acls(
     Read on its inputs, write on its outputs and dead-letter topic, create/read/write on its
     internal topics (prefix APPLICATION_ID-), read on its consumer group, and under
     exactly-once write on its transactional ids (prefix APPLICATION_ID-) and read on the
-    driver's group (APPLICATION_ID-driver).
+    driver's group (APPLICATION_ID-driver). Its egress sinks (egress = [...] in APP.py) add
+    read on their topics, describe on their groups (fluvial-sink-SINK_ID) and write on their
+    dead-letter topics.
     """
     from fluvial.acls import apply_acls, derive_acls, parse_principal
     from fluvial.config import StreamsConfig
+    from fluvial.sinks.egress import declared_egress
 
     loaded = _load(app_file)
     try:
@@ -456,7 +463,7 @@ def acls(
         overrides = {"application_id": application_id, "processing_guarantee": guarantee}
         base = loaded.config or StreamsConfig()
         config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
-        rules = derive_acls(loaded.topology, config)
+        rules = derive_acls(loaded.topology, config, declared_egress(app_file))
         for rule in rules:
             line = rule.kafka_acls_command(principal) if kafka_acls else rule.line(principal)
             out.print(line, highlight=False, markup=False, soft_wrap=True)

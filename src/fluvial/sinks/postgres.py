@@ -200,6 +200,12 @@ class PostgresSink:
         if not self.bootstrap_servers:
             raise ConfigError("PostgresSink has no bootstrap_servers: give host:port of a broker")
 
+    @property
+    def group_id(self) -> str:
+        """The consumer group its reads name: only looked up, never committed to (the offsets
+        live in PostgreSQL), so its principal needs DESCRIBE on it (see fluvial acls)."""
+        return f"fluvial-sink-{self.sink_id}"
+
     def describe(self) -> str:
         return (
             f"{'+'.join(self.topics)} -> PostgreSQL table {self.table} ({self.mode}, "
@@ -313,7 +319,7 @@ class _Runner:
             "bootstrap.servers": sink.bootstrap_servers,
             **sink.client_config,
             # Required by the client, never used to commit: the offsets live in PostgreSQL.
-            "group.id": f"fluvial-sink-{sink.sink_id}",
+            "group.id": sink.group_id,
             "client.id": f"fluvial-sink-{sink.sink_id}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
