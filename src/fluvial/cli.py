@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
 
@@ -43,27 +44,6 @@ DataDirOption = Annotated[
 PortOption = Annotated[
     int, typer.Option("--port", help="Port of the first broker; broker N listens on PORT+N-1.")
 ]
-ClientConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--client-config",
-        help="Kafka client settings (security.protocol, sasl.*, ssl.*; librdkafka key=value "
-        "lines) (default: $FLUVIAL_KAFKA_CLIENT_CONFIG). FLUVIAL_KAFKA_CLIENT_<SETTING> "
-        "variables override single settings, e.g. FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD. Never "
-        "put a password on the command line.",
-    ),
-]
-
-
-def _client_settings(path: Path | None) -> tuple[str | None, dict[str, str]]:
-    """(bootstrap.servers if the settings name one, the other client settings)."""
-    from fluvial.kafka.security import client_settings, split_bootstrap
-
-    try:
-        return split_bootstrap(client_settings(path))
-    except FluvialError as error:
-        _fail(error)
-        raise  # unreachable: _fail exits
 
 
 def _env_client_config_file() -> Path | None:
@@ -321,7 +301,7 @@ def run(
         "application_id": application_id,
         "state_dir": str(state_dir) if state_dir else None,
     }
-    settings_bootstrap, settings = _client_settings(client_config)
+    settings_bootstrap, settings = client_settings_or_exit(client_config)
     if settings:
         overrides["client_config"] = {
             **(loaded.config or StreamsConfig()).client_config,
@@ -404,7 +384,7 @@ def reset(
     from fluvial.runtime.reset import reset_application
 
     try:
-        settings_bootstrap, settings = _client_settings(client_config)
+        settings_bootstrap, settings = client_settings_or_exit(client_config)
         if settings_bootstrap and bootstrap_servers == "127.0.0.1:9092":
             bootstrap_servers = settings_bootstrap
         if settings:
@@ -468,7 +448,7 @@ def acls(
             line = rule.kafka_acls_command(principal) if kafka_acls else rule.line(principal)
             out.print(line, highlight=False, markup=False, soft_wrap=True)
         if apply:
-            settings_bootstrap, settings = _client_settings(client_config)
+            settings_bootstrap, settings = client_settings_or_exit(client_config)
             bootstrap = bootstrap_servers or settings_bootstrap or config.bootstrap_servers
             from fluvial.kafka.security import check_connection, is_secured
 
@@ -610,7 +590,7 @@ def verify(
     from fluvial.verify.matrix import TABLE_HEADER, report_json, run_matrix
 
     kinds = tuple(f.strip() for f in (faults or "").split(",") if f.strip()) or None
-    settings_bootstrap, settings = _client_settings(client_config)
+    settings_bootstrap, settings = client_settings_or_exit(client_config)
     if bootstrap_servers is None:
         bootstrap_servers = settings_bootstrap
     settings_file = client_config or _env_client_config_file()

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
 sink_app = typer.Typer(
@@ -22,6 +23,7 @@ console = Console(stderr=True, soft_wrap=True)
 
 #: Exit code of a sink that a newer instance fenced: a supervisor should not restart it.
 EXIT_FENCED = 3
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 STATUS_INTERVAL_S = 0.5
 PLAIN_STATUS_INTERVAL_S = 5.0
 
@@ -51,9 +53,13 @@ def postgres(
             "it: use PGPASSWORD or ~/.pgpass",
         ),
     ],
-    bootstrap_servers: Annotated[str, typer.Option(help="Kafka bootstrap servers")] = (
-        "127.0.0.1:9092"
-    ),
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers (default: bootstrap.servers of the client settings, "
+            "else 127.0.0.1:9092)"
+        ),
+    ] = None,
     mode: Annotated[str, typer.Option(help="append (one row per record) or upsert (per key)")] = (
         "append"
     ),
@@ -92,18 +98,26 @@ def postgres(
         bool, typer.Option(help="Exit once every partition is read to its end")
     ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress line")] = False,
+    client_config: ClientConfigOption = None,
 ) -> None:
     """Write TOPIC(s) into a PostgreSQL table exactly once, until Ctrl-C or SIGTERM.
 
     Each batch's rows and the consumed offsets commit in one transaction; offsets live in the
     table fluvial_sink_offsets, so a restarted sink resumes exactly where it stopped. A new
     instance with the same sink id fences the old one.
+
+    On a secured Kafka, give the client settings as fluvial run does (--client-config or
+    FLUVIAL_KAFKA_CLIENT_* variables); the credentials and the ACLs are checked first.
     """
+    from fluvial.acls import check_sink_access
     from fluvial.sinks import PostgresSink
 
+    settings_bootstrap, settings = client_settings_or_exit(client_config)
     try:
         sink = PostgresSink(
-            topic, table=table, dsn=dsn, bootstrap_servers=bootstrap_servers,
+            topic, table=table, dsn=dsn,
+            bootstrap_servers=bootstrap_servers or settings_bootstrap or DEFAULT_BOOTSTRAP,
+            client_config=settings,
             mode=mode,  # type: ignore[arg-type]
             key_serde=key_serde, value_serde=value_serde, value_schema=value_schema,
             window_size_ms=window_size_ms, session_windows=session_windows, sink_id=sink_id,
@@ -114,6 +128,7 @@ def postgres(
             create_table=create_table,
             partitions=[int(p) for p in partitions.split(",")] if partitions else None,
         )  # fmt: skip
+        check_sink_access([sink])  # a wrong password or a missing ACL fails here, clearly
     except (FluvialError, ValueError) as error:
         _fail(error)
     code = run_sink(sink, stop_at_end=stop_at_end, live=not quiet, console=console)
