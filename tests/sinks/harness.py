@@ -10,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from tests.runtime.harness import wait_until
 from tests.sinks.conftest import query
 
@@ -55,7 +58,10 @@ class SinkProcess:
 
     def kill9(self) -> None:
         self.signal(signal.SIGKILL)
-        self.proc.wait(30)
+        code = self.proc.wait(30)
+        assert code == -signal.SIGKILL, (
+            f"the sink had exited ({code}) before the kill:\n{self.output()}"
+        )
 
     def stop(self, timeout_s: float = 60) -> int:
         if self.proc is None:
@@ -80,6 +86,54 @@ def sessions(dsn: str, sink_id: str) -> list[tuple]:
         "WHERE application_name = %s",
         [f"fluvial-sink:{sink_id}"[:63]],
     )
+
+
+def kill9_inside_a_transaction(
+    sink: SinkProcess, offsets_table: str = "fluvial_sink_offsets"
+) -> bool:
+    """kill -9 ``sink`` inside an open database transaction: after it has written a batch's
+    rows and before it moves the batch's offsets. True when pg_stat_activity confirms it.
+
+    The test holds the offsets table in SHARE mode, which lets the sink lock its offset rows and
+    write its rows but not move its offsets. Once the sink's session waits for that lock, inside
+    its transaction, the process is killed, and the session looked at again: the same backend
+    still waiting in the same transaction (same ``xact_start``) means that the kill landed
+    inside it, since a client that is gone can no longer send COMMIT. Then the lock is let go,
+    and the server ends the session and rolls its transaction back."""
+    application_name = f"fluvial-sink:{sink.sink_id}"[:63]
+    with (
+        psycopg.connect(sink.dsn, autocommit=True) as gate,
+        psycopg.connect(sink.dsn, autocommit=True) as watcher,
+    ):
+
+        def waiting() -> list[tuple]:
+            # (pid, xact_start, statement) of the sink's sessions that wait for the gate's lock
+            return watcher.execute(
+                "SELECT pid, xact_start, query FROM pg_stat_activity WHERE application_name = %s "
+                "AND xact_start IS NOT NULL AND %s = ANY(pg_blocking_pids(pid))",
+                [application_name, gate.info.backend_pid],
+            ).fetchall()
+
+        with gate.transaction():
+            gate.execute(
+                sql.SQL("LOCK TABLE {} IN SHARE MODE").format(sql.Identifier(offsets_table))
+            )
+            before = wait_until(waiting, 60, "the sink to wait, inside its transaction, to move "
+                                "its offsets", interval_s=0.01)  # fmt: skip
+            sink.kill9()
+            after = waiting()
+        pids = [pid for pid, _start, _statement in before]
+        wait_until(
+            lambda: not watcher.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
+            ).fetchall(),
+            60, "the killed sink's session to end",
+        )  # fmt: skip
+    moving_offsets = all(
+        statement.lstrip().startswith("UPDATE") and offsets_table in statement
+        for _pid, _start, statement in before
+    )
+    return after == before and moving_offsets
 
 
 def in_transaction(dsn: str, sink_id: str) -> bool:
