@@ -243,6 +243,146 @@ def test_a_bad_row_stops_the_sink_and_nothing_of_its_batch_commits(
                      value_serde="long").run(stop_at_end=True)  # fmt: skip
 
 
+# A table of the user's own, for the upsert bad-row tests: PostgreSQL rejects a label longer
+# than three characters (it does not fit its column) and a negative n (a constraint).
+CHECKED_TOTALS = (
+    "CREATE TABLE {} (key text PRIMARY KEY, label varchar(3), n integer CHECK (n >= 0), "
+    "kafka_topic text NOT NULL, kafka_partition integer NOT NULL, kafka_offset bigint NOT NULL, "
+    "kafka_timestamp timestamptz)"
+)
+
+
+def total(n: object, label: str = "ok") -> bytes:
+    return json.dumps({"label": label, "n": n}).encode()
+
+
+def test_bad_records_of_a_table_go_to_the_dead_letter_topic_and_each_key_keeps_its_last_good_value(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    topic = topic_factory("totals")
+    dead = topic_factory("dead")
+    table = table_name("totals")
+    query(pg_dsn, CHECKED_TOTALS.format(table))
+    # (key, value, why it is bad or None). No good record of a key follows one that PostgreSQL
+    # rejects, so what must happen does not depend on where the sink cuts its batches.
+    records: list[tuple[bytes | None, bytes | None, str | None]] = [
+        (b"f", total(7), None),
+        (b"a", total(1, "a1"), None),
+        (b"b", total(5), None),
+        (b"c", total(3), None),
+        (b"e", total(9), None),
+    ]
+    for i in range(120):
+        records.append((f"k{i % 30}".encode(), total(i), None))
+        if i == 20:
+            records += [(b"c2", total("two"), "is not a valid integer")]
+        if i == 50:
+            records += [
+                (None, total(1), "needs a key"),
+                (b"c2", total(22), None),
+                (b"d", total(99_999_999_999), "is not a valid integer"),  # out of its range
+                (b"e", None, None),
+            ]
+        if i == 80:
+            # Good and bad records of one key side by side, so that they usually share a batch:
+            # the bad one is rejected after the batch's reduction had dropped the good one.
+            records += [
+                (b"a", total(2, "a2"), None),
+                (b"a", total(3, "toolong"), "value too long"),
+                (b"b", total(6), None),
+                (b"b", total(-1), "check constraint"),
+                (b"b", total(-2), "check constraint"),
+                (b"c", total("three"), "is not a valid integer"),
+                (b"g", total(4, "toolong"), "value too long"),
+            ]
+    records += [
+        (b"e", total(-3), "check constraint"),  # after a tombstone: the key stays deleted
+        (b"f", total(-4), "check constraint"),
+    ]
+    produce(bootstrap_servers, topic, [(k, v, BASE + i) for i, (k, v, _why) in enumerate(records)],
+            partition=0)  # fmt: skip
+
+    progress = PostgresSink(
+        topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers, mode="upsert",
+        value_serde="json", value_schema="label string, n int", on_bad_row="dead_letter",
+        dead_letter_topic=dead, max_batch_records=40, commit_interval_ms=50,
+    ).run(stop_at_end=True)  # fmt: skip
+
+    # The oracle: the last good record of each key, as if the bad ones were never produced.
+    last_good: dict[str, tuple[int, str, int]] = {}
+    for offset, (key, value, why) in enumerate(records):
+        if why is not None:
+            continue
+        assert key is not None
+        if value is None:
+            last_good.pop(key.decode(), None)
+        else:
+            fields = json.loads(value)
+            last_good[key.decode()] = (fields["n"], fields["label"], offset)
+    rows = query(pg_dsn, f"SELECT key, n, label, kafka_offset FROM {table}")
+    assert {key: (n, label, offset) for key, n, label, offset in rows} == last_good
+    assert last_good["a"][:2] == (2, "a2") and last_good["b"][0] == 6 and last_good["f"][0] == 7
+    assert {"d", "e", "g"}.isdisjoint(last_good)
+
+    bad = {offset: why for offset, (_k, _v, why) in enumerate(records) if why is not None}
+    assert progress.dead_letters == len(bad) == 10
+    letters = read_all(bootstrap_servers, dead)
+    by_offset = {int(dict(m.headers())["fluvial.source.offset"]): m for m in letters}
+    assert len(letters) == len(by_offset) and sorted(by_offset) == sorted(bad)
+    for offset, why in bad.items():
+        letter = by_offset[offset]
+        headers = dict(letter.headers())
+        assert why.encode() in headers["fluvial.sink.error"], (offset, headers)
+        assert headers["fluvial.source.topic"] == topic.encode()
+        assert headers["fluvial.source.partition"] == b"0"
+        key, value, _why = records[offset]
+        assert (letter.key(), letter.value(), letter.timestamp()[1]) == (key, value, BASE + offset)
+    assert offsets(pg_dsn, table)[(topic, 0)][0] == len(records)
+
+
+@pytest.mark.parametrize(
+    ("bad_key", "bad_value", "reason"),
+    [
+        (b"k3", total(-1), "rejected by PostgreSQL: new row .* violates check constraint"),
+        (b"k3", total("x"), "value field 'n': 'x' \\(str\\) is not a valid integer"),
+        (None, total(1), "a table row needs a key"),
+    ],
+    ids=["rejected", "not an integer", "null key"],
+)
+def test_a_bad_record_stops_a_table_sink_and_nothing_of_its_batch_commits(
+    bad_key: bytes | None, bad_value: bytes, reason: str,
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name,
+) -> None:  # fmt: skip
+    topic = topic_factory("totals")
+    table = table_name("totals")
+    query(pg_dsn, CHECKED_TOTALS.format(table))
+
+    def sink() -> PostgresSink:
+        return PostgresSink(topic, table=table, dsn=pg_dsn, bootstrap_servers=bootstrap_servers,
+                            mode="upsert", value_serde="json", value_schema="label string, n int",
+                            commit_interval_ms=2000)  # fmt: skip
+
+    produce(bootstrap_servers, topic, [(f"k{i}".encode(), total(i), BASE + i) for i in range(5)],
+            partition=0)  # fmt: skip
+    assert sink().run(stop_at_end=True).rows_written == 5
+    before = query(pg_dsn, f"SELECT key, n, kafka_offset FROM {table} ORDER BY key")
+
+    # One batch (all of it is in the topic before the sink reads it, well within the commit
+    # interval): updates, a tombstone, a new key, and a bad record after a good one of its key.
+    batch = [(b"k0", total(10)), (b"k1", total(11)), (b"k2", None), (b"k3", total(13)),
+             (bad_key, bad_value), (b"k5", total(15))]  # fmt: skip
+    produce(bootstrap_servers, topic, [(k, v, BASE + 5 + i) for i, (k, v) in enumerate(batch)],
+            partition=0)  # fmt: skip
+    with pytest.raises(BadRowError, match=rf"{topic}\[0\]@9 .*{reason}"):
+        sink().run(stop_at_end=True)
+    assert query(pg_dsn, f"SELECT key, n, kafka_offset FROM {table} ORDER BY key") == before
+    assert offsets(pg_dsn, table)[(topic, 0)][0] == 5
+    # It stops again at the same record on restart: never skipped.
+    with pytest.raises(BadRowError, match=rf"{topic}\[0\]@9 "):
+        sink().run(stop_at_end=True)
+    assert query(pg_dsn, f"SELECT key, n, kafka_offset FROM {table} ORDER BY key") == before
+
+
 def test_a_new_instance_fences_the_old_one(
     bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
 ) -> None:
