@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,12 +115,39 @@ def principal_of(settings: Mapping[str, Any]) -> str | None:
     return f"User:{user}" if user else None
 
 
-def java_client_options(settings: Mapping[str, Any], prefix: str = "kafka.") -> dict[str, str]:
+#: librdkafka's client-certificate settings (mutual TLS): the Java client keeps the key and the
+#: chain in one keystore, which fluvial cannot derive from them.
+_CLIENT_CERTIFICATE_SETTINGS = (
+    "ssl.certificate.location",
+    "ssl.certificate.pem",
+    "ssl.key.location",
+    "ssl.key.pem",
+    "ssl.keystore.location",
+)
+
+
+def java_client_options(
+    settings: Mapping[str, Any], prefix: str = "kafka.", *, overrides: Iterable[str] = ()
+) -> dict[str, str]:
     """The same security settings for Kafka's Java clients (Spark's Kafka connector).
 
     librdkafka spells SASL credentials as ``sasl.username``/``sasl.password`` and a PEM CA as
-    ``ssl.ca.location``; the Java client wants a JAAS line and a PEM truststore.
+    ``ssl.ca.location`` (a file) or ``ssl.ca.pem`` (the certificates themselves); the Java
+    client wants a JAAS line and a PEM truststore. A client certificate (mutual TLS) has no
+    derived form: unless ``overrides`` (the Java options the caller sets itself) hold a
+    ``ssl.keystore.*`` option, it is a :class:`~fluvial.errors.ConfigError` rather than a
+    connection that fails later without saying why.
     """
+    certificate = [k for k in _CLIENT_CERTIFICATE_SETTINGS if k in settings]
+    if certificate and not any(
+        k.removeprefix("kafka.").startswith("ssl.keystore.") for k in overrides
+    ):
+        raise ConfigError(
+            f"{', '.join(certificate)}: a client certificate has no Java form fluvial can "
+            "derive for Spark's Kafka connector: pass its keystore yourself (kafka.ssl.keystore."
+            "type, kafka.ssl.keystore.location or kafka.ssl.keystore.key and "
+            "kafka.ssl.keystore.certificate.chain)"
+        )
     options: dict[str, str] = {}
     passthrough = (
         "security.protocol",
@@ -154,6 +181,9 @@ def java_client_options(settings: Mapping[str, Any], prefix: str = "kafka.") -> 
     if "ssl.ca.location" in settings:
         options["ssl.truststore.type"] = "PEM"
         options["ssl.truststore.location"] = str(settings["ssl.ca.location"])
+    elif "ssl.ca.pem" in settings:
+        options["ssl.truststore.type"] = "PEM"
+        options["ssl.truststore.certificates"] = str(settings["ssl.ca.pem"])
     return {f"{prefix}{k}": v for k, v in options.items()}
 
 

@@ -140,7 +140,9 @@ def _options(
     """Kafka source options (without the ``kafka.`` prefix): security settings, then overrides."""
     from fluvial.kafka.security import java_client_options
 
-    return {**java_client_options(client_config or {}, prefix=""), **(kafka_options or {})}
+    overrides = kafka_options or {}
+    derived = java_client_options(client_config or {}, prefix="", overrides=overrides)
+    return {**derived, **overrides}
 
 
 def _snapshot(
