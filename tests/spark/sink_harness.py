@@ -8,11 +8,15 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 
 
-def read_all(bootstrap: str, topic: str, *, committed_only: bool = True) -> list:
-    """Every record of every partition of ``topic`` up to its current end."""
+def read_all(
+    bootstrap: str, topic: str, *, committed_only: bool = True, settings: dict | None = None
+) -> list:
+    """Every record of every partition of ``topic`` up to its current end; ``settings`` are
+    client settings (a secured cluster's)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            **(settings or {}),
             "group.id": f"reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
