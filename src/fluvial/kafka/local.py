@@ -454,9 +454,12 @@ class LocalKafka:
             f"-Dkafka.logs.dir={node_dir}",
             "-cp", cp, "kafka.Kafka", str(node_dir / "server.properties"),
         ]  # fmt: skip
+        # The broker's own secrets are in server.properties (mode 0600); a long-lived process
+        # must not also hold the ones the CLI read from its environment.
+        env = {k: v for k, v in os.environ.items() if not security.is_secret_variable(k)}
         with open(node_dir / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal must not kill the broker
             )  # fmt: skip
         (node_dir / "broker.pid").write_text(str(proc.pid))
