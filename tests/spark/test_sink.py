@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tests import processes
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import wait_until
@@ -21,6 +21,7 @@ from tests.spark.sink_harness import read_all, values
 
 from fluvial.errors import ConfigError
 from fluvial.spark import BatchMarker, KafkaSink, SinkError
+from fluvial.spark.markers import _watermarks
 from fluvial.spark.sink import _write_partition, plan_batch
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -284,3 +285,24 @@ def test_sink_settings_never_show_secrets(bootstrap_servers) -> None:
         client_config={"sasl.password": "hunter2"},
     )
     assert "hunter2" not in repr(sink._spec)
+
+
+class _LeaderMoving:
+    """A consumer whose partition has no leader for its first answers, as right after the
+    marker topic is created or while its leader moves (seen on a loaded machine)."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+
+    def get_watermark_offsets(self, tp, timeout, cached):  # noqa: ANN001, ANN201
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return 0, 7
+
+    def list_topics(self, topic, timeout):  # noqa: ANN001, ANN201
+        return None
+
+
+def test_marker_watermarks_wait_for_a_partition_leader() -> None:
+    assert _watermarks(_LeaderMoving(3), TopicPartition("m", 0)) == (0, 7)  # type: ignore[arg-type]

@@ -111,17 +111,27 @@ def read_markers(
         consumer.close()
 
 
+#: What a partition created a moment ago, or whose leader is moving, answers for a while.
+_UNSETTLED_PARTITION = (
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+)
+
+
 def _watermarks(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
-    """Low and high watermarks; a partition created a moment ago may need a metadata refresh."""
-    deadline = time.monotonic() + 15
+    """Low and high watermarks; a partition created a moment ago, or whose leader moves, may
+    need a metadata refresh."""
+    deadline = time.monotonic() + 30
     while True:
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
             return low, high
         except KafkaException as exc:
-            code = exc.args[0].code()
-            unknown = code in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
-            if not unknown or time.monotonic() > deadline:
+            error = exc.args[0]
+            unsettled = error.code() in _UNSETTLED_PARTITION or error.retriable()
+            if not unsettled or time.monotonic() > deadline:
                 raise
             consumer.list_topics(tp.topic, timeout=10)
             time.sleep(0.2)
