@@ -378,18 +378,41 @@ class Worker:
             while not self.stop_event.is_set():
                 self.run_once()
         except BaseException as exc:
+            failure = self.fatal_cause(exc)
             self.close(clean=False)
-            error = kafka_error_of(exc)
+            error = kafka_error_of(failure)
             if error is not None and is_fenced(error):
                 raise FencedError(
                     f"slot {self.slot} was fenced: a newer instance runs its tasks now, so this "
                     "one stops and its open transaction is discarded"
                 ) from exc
-            denied = self.unauthorized(exc)
+            denied = self.unauthorized(failure)
             if denied is not None and denied is not exc:
                 raise denied from exc
             raise
         self.close(clean=self.commit_on_stop)
+
+    def fatal_cause(self, failure: BaseException) -> BaseException:
+        """``failure``, or the producer's own fatal error when ``failure`` only says there is one.
+
+        Once the transactional producer has hit a fatal error in the background (its
+        transactional id refused by the authorizer, or fenced), the next ``produce`` fails with
+        "Local: Fatal error", which names neither. The producer still holds the real error and
+        answers any transactional call with it; call this before the producer is closed.
+        """
+        error = kafka_error_of(failure)
+        if error is None or error.code() != KafkaError._FATAL or self._producer is None:
+            return failure
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as probe:
+            real = kafka_error_of(probe)
+            if real is not None and real.fatal() and real.code() != KafkaError._FATAL:
+                probe.__cause__ = failure
+                return probe
+        except Exception:  # noqa: BLE001 - the probe is best effort: the failure stands
+            pass
+        return failure
 
     def unauthorized(self, failure: BaseException) -> AuthorizationError | None:
         """The clear, fatal error if a missing ACL caused ``failure`` (see fluvial.acls)."""

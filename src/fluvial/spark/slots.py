@@ -212,10 +212,13 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
             # The ends seen in fetches: no broker round trip on the lease's path.
             worker.refresh_standby_lag(fresh=False)
     except BaseException as error:
+        failure = worker.fatal_cause(error)  # before the producer is discarded
         _discard(entry, clean=False)
         if not isinstance(error, Exception):
             raise
-        return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
+        # The producer's own error (fenced, refused) when the failure only said "fatal".
+        explained = failure if isinstance(failure, Exception) else error
+        return _fatal_or_raise(plan, source, config, slot, attempt, started, explained)
     after = _snapshot(worker.metrics)
     metrics = {n: after[n] - before[n] for n in _COUNTERS}
     metrics.update({n: float(getattr(worker.metrics, n)) for n in _GAUGES})
