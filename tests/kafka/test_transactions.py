@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 pytestmark = pytest.mark.kafka
 
@@ -63,3 +64,42 @@ def test_committed_transaction_visible_aborted_hidden(
     aborted = [f"aborted-{i}".encode() for i in range(2)]
     assert read_all(bootstrap_servers, topic, "read_committed", 3) == committed
     assert read_all(bootstrap_servers, topic, "read_uncommitted", 5) == committed + aborted
+
+
+def test_a_fatal_produce_is_explained_by_the_producers_own_error(
+    bootstrap_servers: str, topic_factory
+) -> None:
+    """After fencing, produce fails with 'Local: Fatal error', which names no cause; a worker
+    asks its producer for the real one (fenced, or a refused transactional id) before closing
+    it, so it stops as fenced instead of restarting from the last commit."""
+    from types import SimpleNamespace
+
+    from fluvial.runtime.worker import Worker, is_fenced, kafka_error_of
+
+    topic = topic_factory("fenced")
+    transactional_id = f"fatal-{uuid.uuid4().hex}"
+    zombie = Producer(
+        {"bootstrap.servers": bootstrap_servers, "transactional.id": transactional_id}
+    )
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"1")
+    zombie.flush(10)
+    successor = Producer({"bootstrap.servers": bootstrap_servers,
+                          "transactional.id": transactional_id})  # fmt: skip
+    successor.init_transactions(30)
+    fatal = None
+    deadline = time.monotonic() + 60
+    while fatal is None and time.monotonic() < deadline:
+        try:
+            zombie.produce(topic, b"2")
+            zombie.poll(0.05)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._FATAL:
+                fatal = exc
+    assert fatal is not None, "the fenced producer never failed with a fatal error"
+    assert not is_fenced(fatal.args[0])  # what the failure itself says
+    explained = Worker.fatal_cause(SimpleNamespace(_producer=zombie), fatal)  # type: ignore[arg-type]
+    error = kafka_error_of(explained)
+    assert error is not None and is_fenced(error), explained
+    assert explained.__cause__ is fatal
