@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 10
 HEALTHY_RUN_S = 60.0
+#: How long an epoch check waits for another one still under way before it gives up.
+EPOCH_CHECK_WAIT_S = 30.0
 
 
 def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> list[TaskId]:
@@ -236,13 +238,22 @@ class Application:
         """The fatal error if this driver lost its epoch or its rights; ``None`` otherwise."""
         if self.epoch is None:
             return None
+        # The Kafka client can block in a transactional call far past its timeout (after the
+        # group coordinator's broker was killed): a slot starting meanwhile must not wait on
+        # that check for ever. Not checking is safe: the slots' transactional ids still fence
+        # a driver that lost its epoch; the next check tells.
+        if not self._epoch_lock.acquire(timeout=EPOCH_CHECK_WAIT_S):
+            log.warning("could not check the driver epoch: an earlier check has not returned "
+                        "within %g s", EPOCH_CHECK_WAIT_S)  # fmt: skip
+            return None
         try:
-            with self._epoch_lock:
-                self.epoch.check()
+            self.epoch.check()
         except (DriverFencedError, AuthorizationError) as error:
             return error
         except Exception as error:  # a broker away for a while: the next check tells
             log.warning("could not check the driver epoch: %s", error)
+        finally:
+            self._epoch_lock.release()
         return None
 
     @property
