@@ -19,7 +19,7 @@ from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
-from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
+from fluvial.runtime.epoch import CHECK_BUDGET_S, CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
@@ -108,6 +108,9 @@ class Application:
         #: Under exactly-once, this driver's claim on the application (one driver at a time).
         self.epoch: DriverEpoch | None = None
         self._epoch_lock = threading.Lock()
+        #: Proves the epoch every few seconds. Not waited for on stop: it commits nothing of
+        #: the application's, and its check may be waiting out a broker that is gone.
+        self._epoch_watcher: threading.Thread | None = None
         #: Set before :meth:`start` to tell a reader process where every task stands.
         self.task_board: TaskBoard | None = None
 
@@ -125,8 +128,8 @@ class Application:
             # Fences an earlier driver of the application and every slot id it may use.
             self.epoch = DriverEpoch(self.topology, self.config, self.run_id)
             self.epoch.claim(slots)
-            self._threads.append(threading.Thread(target=self._watch_epoch,
-                                                  name="fluvial-driver-epoch", daemon=True))  # fmt: skip
+            self._epoch_watcher = threading.Thread(target=self._watch_epoch,
+                                                   name="fluvial-driver-epoch", daemon=True)  # fmt: skip
         assignment = assign_slots(self.task_ids, slots)
         board = self.task_board
         if board is not None:
@@ -143,6 +146,8 @@ class Application:
             self._threads.append(thread)
         for thread in self._threads:
             thread.start()
+        if self._epoch_watcher is not None:
+            self._epoch_watcher.start()
 
     def _run_worker(self, worker: Worker) -> None:
         restarts = 0
@@ -241,17 +246,22 @@ class Application:
         # The Kafka client can block in a transactional call far past its timeout (after the
         # group coordinator's broker was killed): a slot starting meanwhile must not wait on
         # that check for ever. Not checking is safe: the slots' transactional ids still fence
-        # a driver that lost its epoch; the next check tells.
-        if not self._epoch_lock.acquire(timeout=EPOCH_CHECK_WAIT_S):
-            log.warning("could not check the driver epoch: an earlier check has not returned "
-                        "within %g s", EPOCH_CHECK_WAIT_S)  # fmt: skip
-            return None
+        # a driver that lost its epoch; the next check tells. A stop does not wait for it.
+        deadline = time.monotonic() + EPOCH_CHECK_WAIT_S
+        while not self._epoch_lock.acquire(timeout=0.2):
+            if self.stop_event.is_set():
+                return None
+            if time.monotonic() >= deadline:
+                log.warning("could not check the driver epoch: an earlier check has not "
+                            "returned within %g s", EPOCH_CHECK_WAIT_S)  # fmt: skip
+                return None
         try:
-            self.epoch.check()
+            self.epoch.check(budget_s=CHECK_BUDGET_S)
         except (DriverFencedError, AuthorizationError) as error:
             return error
         except Exception as error:  # a broker away for a while: the next check tells
-            log.warning("could not check the driver epoch: %s", error)
+            if not self.stop_event.is_set():
+                log.warning("could not check the driver epoch: %s", error)
         finally:
             self._epoch_lock.release()
         return None
@@ -273,6 +283,8 @@ class Application:
         self.stop_event.set()
         self.wait(timeout_s)
         if self.epoch is not None:
+            # Not waiting for the epoch watcher: a check it has under way (bounded by its
+            # budget) needs the epoch's consumer no more, and it starts none once stopping.
             self.epoch.close()
 
     def raise_if_failed(self) -> None:
