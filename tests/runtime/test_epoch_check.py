@@ -1,7 +1,7 @@
 """A driver-epoch check never holds the application for long: a slot that starts while an
 earlier check hangs inside the Kafka client does not wait for it for ever (seen after a leader
-kill: the restarted slot never ran again), a check gives up within its budget, and a stop does
-not wait for the check under way (seen in ``fluvial verify``: a stop forced after 15 s)."""
+kill: the restarted slot never ran again), and a stop does not wait for the check under way
+(seen in ``fluvial verify``: a stop forced after 15 s)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Producer
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
-from fluvial.errors import StreamsError
-from fluvial.runtime import engine, epoch
+from fluvial.runtime import engine
 from fluvial.runtime.engine import Application
-from fluvial.runtime.epoch import DriverEpoch, DriverRecord
 from tests.runtime.harness import read_topic, wait_until
 
 
@@ -26,7 +24,7 @@ class _HungCheck:
         self.release = threading.Event()
         self.checks = 0
 
-    def check(self, slots: int | None = None, *, budget_s: float | None = None) -> None:
+    def check(self, slots: int | None = None) -> None:
         self.checks += 1
         if self.checks == 1:
             self.release.wait(60)
@@ -48,73 +46,6 @@ def test_an_epoch_check_gives_up_waiting_for_a_hung_one(monkeypatch) -> None:  #
     app.epoch.release.set()  # type: ignore[union-attr]
     watcher.join(5)
     assert app._check_epoch() is None and app.epoch.checks == 2  # type: ignore[union-attr]
-
-
-class _CoordinatorGone:
-    """A transactional producer whose group coordinator's broker is down: each offsets call
-    waits out its timeout (shortened here) and fails as retriable, until ``back`` is set."""
-
-    def __init__(self) -> None:
-        self.back = threading.Event()
-        self.calls: list[str] = []
-        self.in_transaction = False
-
-    def begin_transaction(self) -> None:
-        assert not self.in_transaction, "a transaction is still open: abort it first"
-        self.calls.append("begin")
-        self.in_transaction = True
-
-    def send_offsets_to_transaction(self, offsets, group, timeout: float) -> None:  # noqa: ANN001
-        self.calls.append("send_offsets")
-        if not self.back.is_set():
-            threading.Event().wait(min(timeout, 0.5))  # the client waits out the timeout
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
-
-    def commit_transaction(self, timeout: float) -> None:
-        self.calls.append("commit")
-        self.in_transaction = False
-
-    def abort_transaction(self, timeout: float) -> None:
-        self.calls.append("abort")
-        if not self.back.is_set():
-            threading.Event().wait(min(timeout, 0.5))  # the client waits out the timeout
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
-        self.in_transaction = False
-
-
-class _Group:
-    def consumer_group_metadata(self) -> object:
-        return object()
-
-
-def _claimed_epoch(producer: _CoordinatorGone) -> DriverEpoch:
-    builder = StreamsBuilder()
-    builder.stream("input", key_serde=serdes.string(), value_serde=serdes.string()).to("output")
-    config = StreamsConfig(application_id="epoch-budget", bootstrap_servers="127.0.0.1:1",
-                           processing_guarantee="exactly_once_v2")  # fmt: skip
-    driver = DriverEpoch(builder.build(), config, "run-1")
-    driver._producer = producer  # type: ignore[assignment]
-    driver._consumer = _Group()  # type: ignore[assignment]
-    driver.record = DriverRecord("run-1", "host", 1, 0, slots=1, generation=1)
-    driver._claimed = True
-    return driver
-
-
-def test_a_check_gives_up_within_its_budget_and_the_next_one_aborts_first(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(epoch.time, "sleep", lambda _s: None)  # no pause between retries
-    producer = _CoordinatorGone()
-    driver = _claimed_epoch(producer)
-    started = time.monotonic()
-    with pytest.raises(StreamsError, match="commit the driver record"):
-        driver.check(budget_s=1.0)
-    # Unbounded, five attempts of a 60 s timeout each would have held it for five minutes.
-    assert time.monotonic() - started < 4
-    assert producer.calls.count("send_offsets") < 5 and producer.calls[-1] == "abort"
-    assert producer.in_transaction, "the abort could not finish either"
-    producer.back.set()
-    producer.calls.clear()
-    driver.check(budget_s=1.0)
-    assert producer.calls == ["abort", "begin", "send_offsets", "commit"]
 
 
 @pytest.mark.kafka
@@ -141,7 +72,7 @@ def test_a_stop_does_not_wait_for_an_epoch_check_under_way(
     stuck = threading.Event()
     release = threading.Event()
 
-    def hung_check(slots: int | None = None, *, budget_s: float | None = None) -> None:
+    def hung_check(slots: int | None = None) -> None:
         stuck.set()
         release.wait(120)
 

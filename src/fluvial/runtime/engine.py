@@ -19,7 +19,7 @@ from fluvial.errors import ChangelogGapError, StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
-from fluvial.runtime.epoch import CHECK_BUDGET_S, CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
+from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
@@ -256,7 +256,7 @@ class Application:
                             "returned within %g s", EPOCH_CHECK_WAIT_S)  # fmt: skip
                 return None
         try:
-            self.epoch.check(budget_s=CHECK_BUDGET_S)
+            self.epoch.check()
         except (DriverFencedError, AuthorizationError) as error:
             return error
         except Exception as error:  # a broker away for a while: the next check tells
@@ -283,8 +283,9 @@ class Application:
         self.stop_event.set()
         self.wait(timeout_s)
         if self.epoch is not None:
-            # Not waiting for the epoch watcher: a check it has under way (bounded by its
-            # budget) needs the epoch's consumer no more, and it starts none once stopping.
+            # Not waiting for the epoch watcher: a check it has under way (up to five attempts
+            # of 60 s while the group coordinator's broker is away) needs the epoch's consumer
+            # no more, and it starts none once stopping.
             self.epoch.close()
 
     def raise_if_failed(self) -> None:

@@ -49,11 +49,6 @@ T = TypeVar("T")
 
 #: How often the local engine's driver proves it is still the current one.
 CHECK_INTERVAL_S = 5.0
-#: How long one proof of the epoch (a driver record commit) may take, retries included, when
-#: the caller bounds it. While the group coordinator's broker is down each transactional call
-#: waits its whole timeout, and five retries of 60 s would hold the check for five minutes:
-#: a restarting slot, a lease or a stop would wait on it all that time.
-CHECK_BUDGET_S = 20.0
 TIMEOUT_S = 60.0
 _RETRIES = 5
 
@@ -115,7 +110,7 @@ def read_driver_record(topology: Topology, config: StreamsConfig) -> DriverRecor
     """The current driver record; ``None`` before any driver claimed the application."""
     consumer = Consumer(_driver_consumer_settings(config))
     try:
-        [found] = _retrying(lambda timeout: consumer.committed([anchor(topology)], timeout=timeout),
+        [found] = _retrying(lambda: consumer.committed([anchor(topology)], timeout=TIMEOUT_S),
                             "read the driver record")  # fmt: skip
         if found.error is not None:
             raise StreamsError(f"cannot read the driver record: {found.error}")
@@ -154,9 +149,6 @@ class DriverEpoch:
         self._consumer: Consumer | None = None
         self._fenced: DriverFencedError | None = None
         self._claimed = False
-        #: A record commit that failed left its transaction open (an abort that timed out too):
-        #: the next commit aborts it first, as the Kafka client requires.
-        self._abort_pending = False
 
     def claim(self, slots: int) -> DriverRecord | None:
         """Take the application over; return the record of the driver before, if any."""
@@ -165,7 +157,7 @@ class DriverEpoch:
         self._consumer = Consumer(_driver_consumer_settings(self.config))
         # Fence first: the previous driver can commit no record after this, so the one read
         # next is its last.
-        self._call(self._producer.init_transactions, "claim the driver epoch")
+        self._call(lambda: self._producer.init_transactions(TIMEOUT_S), "claim the driver epoch")
         previous = read_driver_record(self.topology, self.config)
         self.record = DriverRecord(
             run_id=self.run_id,
@@ -185,25 +177,24 @@ class DriverEpoch:
                      previous.describe())  # fmt: skip
         return previous
 
-    def check(self, slots: int | None = None, *, budget_s: float | None = None) -> None:
+    def check(self, slots: int | None = None) -> None:
         """Raise :class:`DriverFencedError` if a newer driver took over; else record ``slots``.
 
         A driver about to use more slots than ever before records the new count here first,
-        so that any later driver fences those slots too. With ``budget_s`` the check gives up
-        (a :class:`StreamsError`) once that long has passed, retries included.
+        so that any later driver fences those slots too.
         """
         assert self.record is not None, "claim() first"
         record = self.record
         if slots is not None and slots > record.slots:
             record = replace(record, slots=slots)
-        self._commit(record, budget_s)
+        self._commit(record)
         self.record = record
 
     def fence_slots(self) -> None:
         """Fence every slot id the application may have used (the record's count)."""
         assert self.record is not None, "claim() first"
         count = self.record.slots
-        self._call(lambda _timeout: fence_slots(self.config, range(count)), "fence the slots")
+        self._call(lambda: fence_slots(self.config, range(count)), "fence the slots")
 
     def close(self) -> None:
         # Nothing to flush: every record commit waited for its transaction.
@@ -214,39 +205,31 @@ class DriverEpoch:
 
     # -- Kafka ------------------------------------------------------------------------------
 
-    def _commit(self, record: DriverRecord, budget_s: float | None = None) -> None:
+    def _commit(self, record: DriverRecord) -> None:
         assert self._producer is not None and self._consumer is not None
         producer, group = self._producer, self._consumer.consumer_group_metadata()
         at = anchor(self.topology)
         position = TopicPartition(at.topic, at.partition, record.generation,
                                   metadata=record.encode())  # fmt: skip
         what = "commit the driver record"
-        deadline = None if budget_s is None else time.monotonic() + budget_s
-        if self._abort_pending:
-            self._call(producer.abort_transaction, what, deadline)
-            self._abort_pending = False
-        self._call(lambda _timeout: producer.begin_transaction(), what, deadline)
+        self._call(producer.begin_transaction, what)
         try:
             # Each call may be retried on its own (librdkafka's transactional contract).
-            self._call(lambda timeout: producer.send_offsets_to_transaction([position], group,
-                                                                            timeout),
-                       what, deadline)  # fmt: skip
-            self._call(producer.commit_transaction, what, deadline)
+            self._call(lambda: producer.send_offsets_to_transaction([position], group, TIMEOUT_S),
+                       what)  # fmt: skip
+            self._call(lambda: producer.commit_transaction(TIMEOUT_S), what)
         except BaseException:
             if self._fenced is None:
-                # Leave no transaction open, so the next check can begin one; an abort that
-                # cannot finish now is retried by the next commit.
-                self._abort_pending = True
+                # Leave no transaction open, so the next check can begin one.
                 with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(_attempt_timeout(deadline, floor_s=1.0))
-                    self._abort_pending = False
+                    producer.abort_transaction(TIMEOUT_S)
             raise
 
-    def _call(self, action: Callable[[float], T], what: str, deadline: float | None = None) -> T:
+    def _call(self, action: Callable[[], T], what: str) -> T:
         if self._fenced is not None:
             raise self._fenced  # for good: the producer is fenced
         try:
-            return _retrying(action, what, deadline)
+            return _retrying(action, what)
         except KafkaException as error:
             if is_fenced(error.args[0]):
                 self._fenced = DriverFencedError(self._fenced_message())
@@ -282,21 +265,10 @@ def _driver_consumer_settings(config: StreamsConfig) -> dict[str, object]:
     }
 
 
-def _attempt_timeout(deadline: float | None, *, floor_s: float = 0.0) -> float:
-    """One call's timeout: :data:`TIMEOUT_S`, or what is left before ``deadline`` if less."""
-    if deadline is None:
-        return TIMEOUT_S
-    return max(floor_s, min(TIMEOUT_S, deadline - time.monotonic()))
-
-
-def _retrying(action: Callable[[float], T], what: str, deadline: float | None = None) -> T:
-    """``action(timeout)``, retried on transient errors; never past ``deadline`` if given."""
+def _retrying(action: Callable[[], T], what: str) -> T:
     for attempt in range(_RETRIES):
-        timeout = _attempt_timeout(deadline)
-        if timeout <= 0:
-            raise StreamsError(f"could not {what}: no answer within its time budget")
         try:
-            return action(timeout)
+            return action()
         except KafkaException as error:
             kafka_error = error.args[0]
             transient = kafka_error.retriable() or kafka_error.code() in TRANSIENT_ERRORS

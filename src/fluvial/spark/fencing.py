@@ -26,7 +26,6 @@ from fluvial.config import StreamsConfig
 from fluvial.errors import FluvialError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.runtime.epoch import (
-    CHECK_BUDGET_S,
     DriverEpoch,
     DriverFencedError,
     fenced_message,
@@ -67,9 +66,7 @@ class LeaseFencing:
         if self.epoch is None:
             return
         try:
-            # Bounded: with the group coordinator's broker gone, an unbounded check would hold
-            # every lease for minutes; the slots' transactional ids fence a lost driver anyway.
-            self.epoch.check(slots, budget_s=CHECK_BUDGET_S)
+            self.epoch.check(slots)
         except (DriverFencedError, AuthorizationError):
             raise
         except Exception as error:  # noqa: BLE001 - a broker away: the slots' ids still fence
