@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
-from fluvial.runtime import engine
+from fluvial.runtime import engine, epoch
 from fluvial.runtime.engine import Application
 from tests.runtime.harness import read_topic, wait_until
 
@@ -87,3 +87,12 @@ def test_a_stop_does_not_wait_for_an_epoch_check_under_way(
     finally:
         release.set()
         app.close()
+
+
+def test_the_driver_transaction_outlasts_every_retry_of_a_record_commit() -> None:
+    """Had the broker timed the driver's transaction out while a commit still retried (the
+    coordinator's broker away), the driver would have taken that for a takeover and stopped:
+    seen in ``fluvial verify --seed 12 --faults kill-broker --fault-count 5``."""
+    retries_ms = epoch._RETRIES * epoch.TIMEOUT_S * 1000
+    assert retries_ms + 60_000 < epoch.DRIVER_TRANSACTION_TIMEOUT_MS
+    assert epoch.DRIVER_TRANSACTION_TIMEOUT_MS <= 900_000, "the brokers' default cap"

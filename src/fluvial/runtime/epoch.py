@@ -51,6 +51,12 @@ T = TypeVar("T")
 CHECK_INTERVAL_S = 5.0
 TIMEOUT_S = 60.0
 _RETRIES = 5
+#: The driver record's transactions outlast a record commit's every retry (five of
+#: :data:`TIMEOUT_S`). With the group coordinator's broker away a commit can retry that long,
+#: and a transaction the broker timed out meanwhile would come back to the driver as fencing:
+#: it would stop as if a newer driver had taken over. Within the brokers' default cap (15 min);
+#: a newer driver aborts an open one at once when it takes over.
+DRIVER_TRANSACTION_TIMEOUT_MS = 600_000
 
 
 class DriverFencedError(StreamsError):
@@ -153,7 +159,10 @@ class DriverEpoch:
     def claim(self, slots: int) -> DriverRecord | None:
         """Take the application over; return the record of the driver before, if any."""
         txn_id = driver_transactional_id(self.config.application_id)
-        self._producer = Producer(producer_settings(self.config, txn_id))
+        self._producer = Producer(
+            {**producer_settings(self.config, txn_id),
+             "transaction.timeout.ms": DRIVER_TRANSACTION_TIMEOUT_MS}
+        )  # fmt: skip
         self._consumer = Consumer(_driver_consumer_settings(self.config))
         # Fence first: the previous driver can commit no record after this, so the one read
         # next is its last.
