@@ -94,3 +94,14 @@ def test_kill_leader_keeps_rf3_topic_writable_and_loses_no_acked_record(
 
     three_brokers.start_broker(old_leader)
     assert three_brokers.is_running()
+
+
+def test_free_ports_are_outside_the_range_of_outgoing_connections() -> None:
+    """A killed broker binds its port again on restart: no client connection may hold it."""
+    from fluvial.kafka.local import _outgoing_port_range
+
+    low, high = _outgoing_port_range()
+    for _ in range(20):
+        port = free_port()
+        assert not low <= port <= high, (port, low, high)
+        assert port_is_free(port)

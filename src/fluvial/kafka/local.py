@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -76,8 +77,31 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
+def _outgoing_port_range() -> tuple[int, int]:
+    """The local ports the OS gives outgoing connections (Linux's default if unknown)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A port the OS considers free right now (for tests that need a private cluster)."""
+    """A free port for a private cluster or server, outside the OS's range for outgoing
+    connections.
+
+    A broker that a fault test kills must bind its port again on restart; a port from that
+    range may meanwhile be the local port of any client's connection, and the restart would
+    fail with "Address already in use".
+    """
+    low, high = _outgoing_port_range()
+    lower, upper = (10_000, low - 16), (high + 1, 65_535 - 16)
+    start, end = lower if lower[1] - lower[0] >= upper[1] - upper[0] else upper
+    chooser = random.SystemRandom()
+    for _ in range(200) if end - start >= 1000 else ():
+        port = chooser.randrange(start, end)
+        if port_is_free(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
