@@ -355,14 +355,15 @@ class Worker:
             if self._producer is not None:
                 if self.eos and not clean:
                     # Fenced or already aborted is fine: nothing of it becomes visible.
-                    with contextlib.suppress(KafkaException):
+                    with contextlib.suppress(Exception):
                         self._producer.abort_transaction(5)
                 if clean:
                     self._producer.flush(5)
                 else:
-                    # A fenced producer raises here; the failure that led here is the one to
-                    # report, not this.
-                    with contextlib.suppress(KafkaException):
+                    # A fenced producer raises here, as a KafkaException or, when the fatal
+                    # error lands while a delivery callback runs, as the client's SystemError;
+                    # the failure that led here is the one to report, not this.
+                    with contextlib.suppress(Exception):
                         self._producer.flush(5)
                 self._producer = None
                 self._collector = None  # it holds the producer too
