@@ -243,9 +243,8 @@ class Application:
         """The fatal error if this driver lost its epoch or its rights; ``None`` otherwise."""
         if self.epoch is None:
             return None
-        # The Kafka client can block in a transactional call far past its timeout (after the
-        # group coordinator's broker was killed): a slot starting meanwhile must not wait on
-        # that check for ever. Not checking is safe: the slots' transactional ids still fence
+        # A check can take minutes while the group coordinator's broker is away (five
+        # attempts of up to 60 s): a slot starting meanwhile must not wait on it that long. Not checking is safe: the slots' transactional ids still fence
         # a driver that lost its epoch; the next check tells. A stop does not wait for it.
         deadline = time.monotonic() + EPOCH_CHECK_WAIT_S
         while not self._epoch_lock.acquire(timeout=0.2):
