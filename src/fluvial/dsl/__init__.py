@@ -9,10 +9,12 @@ from fluvial.dsl.ktable import KGroupedTable, KTable
 from fluvial.dsl.options import (
     Consumed,
     Grouped,
+    Joined,
     Materialized,
     Named,
     Produced,
     Repartitioned,
+    StreamJoined,
 )
 from fluvial.dsl.suppressed import BufferConfig, EmitStrategy, Suppressed
 from fluvial.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
@@ -26,6 +28,7 @@ __all__ = [
     "EmitStrategy",
     "GlobalKTable",
     "Grouped",
+    "Joined",
     "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
@@ -37,6 +40,7 @@ __all__ = [
     "Repartitioned",
     "SessionWindows",
     "SlidingWindows",
+    "StreamJoined",
     "StreamsBuilder",
     "Suppressed",
     "TimeWindowedKStream",

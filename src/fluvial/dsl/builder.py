@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.dsl import graph
+from fluvial.dsl.copartition import resolve_key_serdes
 from fluvial.dsl.getters import store_getter
 from fluvial.dsl.global_table import GlobalKTable
 from fluvial.dsl.kstream import KStream
@@ -108,4 +109,5 @@ class StreamsBuilder:
     def build(self) -> Topology:
         """Validate the topology; raises :class:`~fluvial.errors.TopologyError` naming problems."""
         graph.resolve_null_key_filters(self._itb)
+        resolve_key_serdes(self._itb)
         return self._itb.build()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fluvial import serdes
 from fluvial.dsl import graph
 from fluvial.dsl.change import Change
+from fluvial.dsl.copartition import DECLARED, DEFAULT, mark_key_format
 from fluvial.dsl.getters import GetterSupplier, store_getter
 from fluvial.dsl.old_values import SourceOldValues
 from fluvial.dsl.options import Materialized
@@ -320,6 +321,12 @@ def foreign_key_join(
     # Subscriptions are partitioned like the right table, responses like the left one.
     itb.add_repartition_topic(sub_topic, follows=topics_of(right.node))
     itb.add_repartition_topic(resp_topic, follows=topics_of(left.node))
+    # Subscriptions are keyed by the foreign key as the right table writes it, responses by
+    # the left table's key: the same bytes, or the joined topics are not co-partitioned.
+    for topic, serde in ((sub_topic, right.key_serde), (resp_topic, left.key_serde)):
+        mark_key_format(
+            itb, topic, DECLARED if serde is not None else DEFAULT, graph.internal_serde(serde)
+        )
     itb.add_processor(
         sender,
         lambda: SubscriptionSender(

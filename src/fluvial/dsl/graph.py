@@ -33,6 +33,21 @@ def internal_serde(serde: Serde[Any] | None) -> Serde[Any]:
     return serde if serde is not None else serdes.json()
 
 
+def repartition_key_serde(
+    itb: InternalTopologyBuilder, topic: str, key_serde: Serde[Any] | None
+) -> Serde[Any]:
+    """The key serde a repartition topic is written with for now.
+
+    A known serde is kept. An unknown one is JSON unless the topic turns out to feed a join or
+    a co-grouping, where it takes the other side's key serde when the DSL builds (see
+    :mod:`fluvial.dsl.copartition`): equal keys must be equal bytes on both sides.
+    """
+    from fluvial.dsl.copartition import DECLARED, INFERRED, mark_key_format
+
+    mark_key_format(itb, topic, DECLARED if key_serde is not None else INFERRED, key_serde)
+    return internal_serde(key_serde)
+
+
 def store_name(itb: InternalTopologyBuilder, materialized: Materialized | None, prefix: str) -> str:
     """The user's store name, or a generated ``PREFIX-STATE-STORE-000000000N``."""
     if materialized is not None and materialized.store_name:
@@ -108,7 +123,7 @@ def add_repartition(
         sink = itb.new_processor_name(SINK)
         filter_ = itb.new_processor_name(FILTER)
         source = itb.new_processor_name(SOURCE)
-    k, v = internal_serde(key_serde), internal_serde(value_serde)
+    k, v = repartition_key_serde(itb, topic, key_serde), internal_serde(value_serde)
     itb.add_repartition_topic(topic, num_partitions)
     policy = NullKeyPolicy()
     itb.repartition_filters[filter_] = policy

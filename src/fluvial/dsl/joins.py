@@ -38,12 +38,14 @@ def stream_table(
     left: bool,
     name: str | None,
     with_key: bool,
+    key_serde: Serde[Any] | None = None,
+    value_serde: Serde[Any] | None = None,
 ) -> KStream:
     from fluvial.dsl.kstream import KStream
 
     itb = stream._itb
     name = name or itb.new_processor_name("KSTREAM-JOIN-")
-    parent = stream._repartition_if_required(None, name)
+    parent = stream._repartition_if_required(None, name, key_serde, value_serde)
     getter = table._value_getter()
     itb.add_processor(
         name,
@@ -54,7 +56,9 @@ def stream_table(
     if left:
         graph.null_key_join(itb, name)
     graph.copartition(itb, parent, table.node)
-    return KStream(stream._builder, name, stream.key_serde, None, False)
+    # The joined records carry the table's keys: equal keys, written alike on both sides.
+    out_key_serde = key_serde or stream.key_serde or table.key_serde
+    return KStream(stream._builder, name, out_key_serde, None, False)
 
 
 def stream_global(
@@ -121,8 +125,13 @@ def stream_stream(
             if prefix
             else f"{itb.new_processor_name('KSTREAM-OUTERSHARED-')}-store"
         )
-    left_parent = left._repartition_if_required(None, f"{prefix or this_name}-left")
-    right_parent = right._repartition_if_required(None, f"{prefix or other_name}-right")
+    # Both repartition topics (of sides re-keyed before the join) take the join's key serde.
+    left_parent = left._repartition_if_required(
+        None, f"{prefix or this_name}-left", key_serde, value_serde
+    )
+    right_parent = right._repartition_if_required(
+        None, f"{prefix or other_name}-right", key_serde, other_value_serde
+    )
     k = graph.internal_serde(key_serde or left.key_serde or right.key_serde)
     lv = graph.internal_serde(value_serde or left.value_serde)
     rv = graph.internal_serde(other_value_serde or right.value_serde)

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fluvial.dsl import graph
-from fluvial.dsl.options import Consumed, Grouped, Materialized, Named, Produced, Repartitioned
+from fluvial.dsl.options import (
+    Consumed,
+    Grouped,
+    Joined,
+    Materialized,
+    Named,
+    Produced,
+    Repartitioned,
+    StreamJoined,
+)
 from fluvial.dsl.stateless import (
     BranchProcessor,
     FilterProcessor,
@@ -247,13 +256,22 @@ class KStream:
             old_values=SourceOldValues(queryable=m.store_name is not None),
         )  # fmt: skip
 
-    def _repartition_if_required(self, grouped_name: str | None, store: str) -> str:
-        """The node to attach a stateful operator to: a repartition source if keys changed."""
+    def _repartition_if_required(
+        self,
+        grouped_name: str | None,
+        store: str,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> str:
+        """The node to attach a stateful operator to: a repartition source if keys changed.
+
+        ``key_serde``/``value_serde``: an operator's own serdes (a join's), before the stream's.
+        """
         if not self.repartition_required:
             return self.node
         return graph.add_repartition(
             self._itb, self.node, grouped_name or store, grouped_name is not None,
-            self.key_serde, self.value_serde,
+            key_serde or self.key_serde, value_serde or self.value_serde,
         )  # fmt: skip
 
     # -- joins ------------------------------------------------------------------------------
@@ -270,6 +288,7 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
+        joined: Joined | StreamJoined | None = None,
     ) -> KStream:
         """Inner join: ``joiner(value, other_value)`` (``joiner(key, v, other)`` with ``with_key``).
 
@@ -280,11 +299,16 @@ class KStream:
           alone emit nothing;
         - a ``GlobalKTable``: the same, with the row for ``key_selector(key, value)``.
 
-        ``store_name`` names a stream-stream join's stores; the serdes are those of its stores.
+        ``store_name`` names a stream-stream join's stores. ``key_serde`` and ``value_serde`` are
+        this stream's (``other_value_serde`` the other side's): they write the repartition topic
+        of a stream re-keyed before the join, and a stream-stream join's stores. ``joined``
+        (``Joined`` for a table, ``StreamJoined`` for a stream) carries the same settings.
+        A re-keyed stream without a key serde takes the other side's, so both sides write equal
+        keys as equal bytes; two different known key serdes are refused when the topology builds.
         """
         return self._join(
             other, joiner, windows, named, INNER, key_selector, with_key, store_name,
-            key_serde, value_serde, other_value_serde,
+            key_serde, value_serde, other_value_serde, joined,
         )  # fmt: skip
 
     def left_join(
@@ -300,6 +324,7 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
+        joined: Joined | StreamJoined | None = None,
     ) -> KStream:
         """Every record of this stream, with ``None`` for a missing partner.
 
@@ -308,7 +333,7 @@ class KStream:
         """
         return self._join(
             other, joiner, windows, named, LEFT, key_selector, with_key, store_name,
-            key_serde, value_serde, other_value_serde,
+            key_serde, value_serde, other_value_serde, joined,
         )  # fmt: skip
 
     def outer_join(
@@ -323,13 +348,14 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
+        joined: StreamJoined | None = None,
     ) -> KStream:
         """Records of either stream, with ``None`` for a partner that never came in the window."""
         if not isinstance(other, KStream):
             raise TypeError("outer_join joins two streams; tables join with KTable.outer_join")
         return self._join(
             other, joiner, windows, named, OUTER, None, with_key, store_name,
-            key_serde, value_serde, other_value_serde,
+            key_serde, value_serde, other_value_serde, joined,
         )  # fmt: skip
 
     def _join(
@@ -345,11 +371,25 @@ class KStream:
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
         other_value_serde: Serde[Any] | None,
+        joined: Joined | StreamJoined | None = None,
     ) -> KStream:
         from fluvial.dsl import joins
         from fluvial.dsl.global_table import GlobalKTable
         from fluvial.dsl.ktable import KTable
 
+        if isinstance(windows, Joined | StreamJoined):  # Kafka Streams' positional spelling
+            joined, windows = windows, None
+        if isinstance(joined, Joined) and isinstance(other, KStream):
+            raise TypeError("a stream-stream join takes StreamJoined, not Joined")
+        if isinstance(joined, StreamJoined) and not isinstance(other, KStream):
+            raise TypeError("StreamJoined is for stream-stream joins; use Joined with a table")
+        if joined is not None:
+            key_serde = key_serde or joined.key_serde
+            value_serde = value_serde or joined.value_serde
+            other_value_serde = other_value_serde or joined.other_value_serde
+            named = named or joined.name
+            if isinstance(joined, StreamJoined):
+                store_name = store_name or joined.store_name
         name = named_value(named)
         if isinstance(other, KStream):
             if windows is None:
@@ -377,7 +417,9 @@ class KStream:
                     "key_selector is for GlobalKTable joins; re-key the stream with "
                     "select_key(...) before joining a KTable"
                 )
-            return joins.stream_table(self, other, joiner, kind == LEFT, name, with_key)
+            return joins.stream_table(
+                self, other, joiner, kind == LEFT, name, with_key, key_serde, value_serde
+            )
         raise TypeError(f"cannot join a KStream with {type(other).__name__}")
 
     # -- grouping ---------------------------------------------------------------------------

@@ -390,7 +390,7 @@ class KGroupedTable:
             sink = itb.new_processor_name(graph.SINK)
             source = itb.new_processor_name(graph.SOURCE)
         name = named_value(named) or itb.new_processor_name(prefix)
-        k = graph.internal_serde(m.key_serde or self._key_serde)
+        k = graph.repartition_key_serde(itb, topic, m.key_serde or self._key_serde)
         changes = change_serde(graph.internal_serde(self._value_serde))
         itb.add_repartition_topic(topic)
         itb.add_sink(sink, topic, [self._node], k, changes)

@@ -1,19 +1,39 @@
 """Optional settings of DSL operations: names, serdes, materialization.
 
 Each is a small immutable value with Kafka Streams' factory names in snake_case
-(``Materialized.as_("counts")``, ``Grouped.with_(key_serde, value_serde)``). Every DSL method
-also takes the common ones as keyword arguments, which is usually shorter in Python.
+(``Materialized.as_("counts")``, ``Grouped.with_(key_serde, value_serde)``). Every setter works
+both ways, as in Kafka Streams: on the class it starts from the defaults, on a value it returns a
+copy that keeps every earlier setting, so ``Materialized.as_("counts").with_(k, v)`` keeps its
+name. Every DSL method also takes the common ones as keyword arguments, which is usually shorter
+in Python.
 """
 
 from __future__ import annotations
 
+import functools
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fluvial.config import to_millis
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import STORE_TYPES, StreamPartitioner
+
+OptionT = TypeVar("OptionT")
+
+
+class fluent(Generic[OptionT]):  # noqa: N801 - used as a decorator, like staticmethod
+    """A setter that is also a factory: on the class it applies to the defaults
+    (``Grouped.with_(k, v)``), on a value to that value (``Grouped.as_("g").with_(k, v)``)."""
+
+    def __init__(self, setter: Callable[..., OptionT]) -> None:
+        self._setter = setter
+        functools.update_wrapper(self, setter)  # type: ignore[arg-type]
+
+    def __get__(self, obj: OptionT | None, owner: type[OptionT]) -> Callable[..., OptionT]:
+        return types.MethodType(self._setter, owner() if obj is None else obj)
 
 
 @dataclass(frozen=True)
@@ -22,9 +42,13 @@ class Named:
 
     name: str | None = None
 
-    @staticmethod
-    def as_(name: str) -> Named:
-        return Named(name)
+    @fluent
+    def as_(self, name: str) -> Named:
+        return replace(self, name=name)
+
+    @fluent
+    def with_name(self, name: str) -> Named:
+        return replace(self, name=name)
 
 
 @dataclass(frozen=True)
@@ -35,16 +59,25 @@ class Consumed:
     value_serde: Serde[Any] | None = None
     name: str | None = None
 
-    @staticmethod
-    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
-        return Consumed(key_serde, value_serde)
+    @fluent
+    def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
+        return replace(self, key_serde=key_serde, value_serde=value_serde)
 
-    @staticmethod
-    def as_(name: str) -> Consumed:
-        return Consumed(name=name)
+    @fluent
+    def as_(self, name: str) -> Consumed:
+        return replace(self, name=name)
 
+    @fluent
     def with_name(self, name: str) -> Consumed:
         return replace(self, name=name)
+
+    @fluent
+    def with_key_serde(self, serde: Serde[Any]) -> Consumed:
+        return replace(self, key_serde=serde)
+
+    @fluent
+    def with_value_serde(self, serde: Serde[Any]) -> Consumed:
+        return replace(self, value_serde=serde)
 
 
 @dataclass(frozen=True)
@@ -56,14 +89,27 @@ class Produced:
     partitioner: StreamPartitioner | None = None
     name: str | None = None
 
-    @staticmethod
-    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Produced:
-        return Produced(key_serde, value_serde)
+    @fluent
+    def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Produced:
+        return replace(self, key_serde=key_serde, value_serde=value_serde)
 
-    @staticmethod
-    def as_(name: str) -> Produced:
-        return Produced(name=name)
+    @fluent
+    def as_(self, name: str) -> Produced:
+        return replace(self, name=name)
 
+    @fluent
+    def with_name(self, name: str) -> Produced:
+        return replace(self, name=name)
+
+    @fluent
+    def with_key_serde(self, serde: Serde[Any]) -> Produced:
+        return replace(self, key_serde=serde)
+
+    @fluent
+    def with_value_serde(self, serde: Serde[Any]) -> Produced:
+        return replace(self, value_serde=serde)
+
+    @fluent
     def with_partitioner(self, partitioner: StreamPartitioner) -> Produced:
         return replace(self, partitioner=partitioner)
 
@@ -76,17 +122,23 @@ class Grouped:
     key_serde: Serde[Any] | None = None
     value_serde: Serde[Any] | None = None
 
-    @staticmethod
-    def as_(name: str) -> Grouped:
-        return Grouped(name=name)
+    @fluent
+    def as_(self, name: str) -> Grouped:
+        return replace(self, name=name)
 
-    @staticmethod
-    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Grouped:
-        return Grouped(key_serde=key_serde, value_serde=value_serde)
+    @fluent
+    def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Grouped:
+        return replace(self, key_serde=key_serde, value_serde=value_serde)
 
+    @fluent
+    def with_name(self, name: str) -> Grouped:
+        return replace(self, name=name)
+
+    @fluent
     def with_key_serde(self, serde: Serde[Any]) -> Grouped:
         return replace(self, key_serde=serde)
 
+    @fluent
     def with_value_serde(self, serde: Serde[Any]) -> Grouped:
         return replace(self, value_serde=serde)
 
@@ -100,17 +152,120 @@ class Repartitioned:
     value_serde: Serde[Any] | None = None
     num_partitions: int | None = None
 
-    @staticmethod
-    def as_(name: str) -> Repartitioned:
-        return Repartitioned(name=name)
+    @fluent
+    def as_(self, name: str) -> Repartitioned:
+        return replace(self, name=name)
 
-    @staticmethod
-    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Repartitioned:
-        return Repartitioned(key_serde=key_serde, value_serde=value_serde)
+    @fluent
+    def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Repartitioned:
+        return replace(self, key_serde=key_serde, value_serde=value_serde)
 
-    @staticmethod
-    def with_number_of_partitions(num_partitions: int) -> Repartitioned:
-        return Repartitioned(num_partitions=num_partitions)
+    @fluent
+    def with_name(self, name: str) -> Repartitioned:
+        return replace(self, name=name)
+
+    @fluent
+    def with_key_serde(self, serde: Serde[Any]) -> Repartitioned:
+        return replace(self, key_serde=serde)
+
+    @fluent
+    def with_value_serde(self, serde: Serde[Any]) -> Repartitioned:
+        return replace(self, value_serde=serde)
+
+    @fluent
+    def with_number_of_partitions(self, num_partitions: int) -> Repartitioned:
+        return replace(self, num_partitions=num_partitions)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Serdes and name of a stream-table join (``stream.join(table, joiner, Joined.with_(...))``).
+
+    ``key_serde`` and ``value_serde`` are the stream side's: they write its repartition topic
+    when the stream was re-keyed before the join.
+    """
+
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    other_value_serde: Serde[Any] | None = None
+    name: str | None = None
+
+    @fluent
+    def with_(
+        self,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        other_value_serde: Serde[Any] | None = None,
+    ) -> Joined:
+        return replace(
+            self, key_serde=key_serde, value_serde=value_serde, other_value_serde=other_value_serde
+        )
+
+    @fluent
+    def as_(self, name: str) -> Joined:
+        return replace(self, name=name)
+
+    @fluent
+    def with_name(self, name: str) -> Joined:
+        return replace(self, name=name)
+
+    @fluent
+    def with_key_serde(self, serde: Serde[Any]) -> Joined:
+        return replace(self, key_serde=serde)
+
+    @fluent
+    def with_value_serde(self, serde: Serde[Any]) -> Joined:
+        return replace(self, value_serde=serde)
+
+    @fluent
+    def with_other_value_serde(self, serde: Serde[Any]) -> Joined:
+        return replace(self, other_value_serde=serde)
+
+
+@dataclass(frozen=True)
+class StreamJoined:
+    """Serdes and names of a stream-stream join: its processors, stores and repartition topics."""
+
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    other_value_serde: Serde[Any] | None = None
+    name: str | None = None
+    store_name: str | None = None
+
+    @fluent
+    def with_(
+        self,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        other_value_serde: Serde[Any] | None = None,
+    ) -> StreamJoined:
+        return replace(
+            self, key_serde=key_serde, value_serde=value_serde, other_value_serde=other_value_serde
+        )
+
+    @fluent
+    def as_(self, store_name: str) -> StreamJoined:
+        return replace(self, store_name=store_name)
+
+    @fluent
+    def with_name(self, name: str) -> StreamJoined:
+        return replace(self, name=name)
+
+    @fluent
+    def with_store_name(self, store_name: str) -> StreamJoined:
+        return replace(self, store_name=store_name)
+
+    @fluent
+    def with_key_serde(self, serde: Serde[Any]) -> StreamJoined:
+        return replace(self, key_serde=serde)
+
+    @fluent
+    def with_value_serde(self, serde: Serde[Any]) -> StreamJoined:
+        return replace(self, value_serde=serde)
+
+    @fluent
+    def with_other_value_serde(self, serde: Serde[Any]) -> StreamJoined:
+        return replace(self, other_value_serde=serde)
 
 
 @dataclass(frozen=True)
@@ -131,15 +286,18 @@ class Materialized:
     # Set for a versioned table: how far back as-of lookups are answered.
     history_retention_ms: int | None = None
 
-    @staticmethod
-    def as_(store_name: str) -> Materialized:
-        return Materialized(store_name=store_name)
+    @fluent
+    def as_(self, store_name: str) -> Materialized:
+        return replace(self, store_name=store_name)
 
-    @staticmethod
-    def as_versioned(store_name: str | None, history_retention: int | timedelta) -> Materialized:
+    @fluent
+    def as_versioned(
+        self, store_name: str | None, history_retention: int | timedelta
+    ) -> Materialized:
         """A versioned table: joins look it up as of the stream record's time (see KIP-889)."""
-        return Materialized(store_name=store_name).with_history_retention(history_retention)
+        return replace(self, store_name=store_name).with_history_retention(history_retention)
 
+    @fluent
     def with_history_retention(self, history_retention: int | timedelta) -> Materialized:
         """Keep each key's history this long behind stream time: the store becomes versioned."""
         history = to_millis(history_retention, "history retention")
@@ -150,28 +308,35 @@ class Materialized:
     def versioned(self) -> bool:
         return self.history_retention_ms is not None
 
-    @staticmethod
-    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
-        return Materialized(key_serde=key_serde, value_serde=value_serde)
+    @fluent
+    def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
+        return replace(self, key_serde=key_serde, value_serde=value_serde)
 
+    @fluent
     def with_key_serde(self, serde: Serde[Any]) -> Materialized:
         return replace(self, key_serde=serde)
 
+    @fluent
     def with_value_serde(self, serde: Serde[Any]) -> Materialized:
         return replace(self, value_serde=serde)
 
+    @fluent
     def with_caching_enabled(self) -> Materialized:
         return replace(self, caching_enabled=True)
 
+    @fluent
     def with_caching_disabled(self) -> Materialized:
         return replace(self, caching_enabled=False)
 
+    @fluent
     def with_logging_enabled(self) -> Materialized:
         return replace(self, logging_enabled=True)
 
+    @fluent
     def with_logging_disabled(self) -> Materialized:
         return replace(self, logging_enabled=False)
 
+    @fluent
     def with_store_type(self, store_type: str) -> Materialized:
         if store_type not in STORE_TYPES:
             raise ValueError(
@@ -179,6 +344,7 @@ class Materialized:
             )
         return replace(self, store_type=store_type)
 
+    @fluent
     def with_retention(self, retention: int | timedelta) -> Materialized:
         """How long a window or session store keeps windows; at least window size + grace."""
         return replace(self, retention_ms=to_millis(retention, "retention"))

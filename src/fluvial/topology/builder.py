@@ -41,7 +41,14 @@ class InternalTopologyBuilder:
         # fluvial.dsl.graph.resolve_null_key_filters), settled when the DSL builds.
         self.repartition_filters: dict[str, Any] = {}
         self.null_key_joins: set[str] = set()
+        # How fluvial writes the keys of its internal topics, by topic (see
+        # fluvial.dsl.copartition): a repartition topic's key serde may be inferred at build.
+        self.key_formats: dict[str, Any] = {}
         self._problems: list[str] = []
+
+    def problem(self, message: str) -> None:
+        """Record a mistake in the topology; :meth:`build` reports all of them together."""
+        self._problems.append(message)
 
     # -- names ------------------------------------------------------------------------------
     def new_processor_name(self, prefix: str) -> str:
