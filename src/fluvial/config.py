@@ -14,6 +14,7 @@ EXACTLY_ONCE_V2 = "exactly_once_v2"
 PROCESSING_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 
 DESERIALIZATION_HANDLERS = ("fail", "log_and_continue")
+CO_PARTITIONING_CHECKS = ("warn", "fail", "off")
 PRODUCTION_HANDLERS = ("fail", "continue")
 
 _APPLICATION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -60,6 +61,9 @@ class StreamsConfig:
     # windowstore.changelog.additional.retention.ms). It is how long an application may stay
     # down, mid-window, and still restore its windows.
     windowstore_changelog_additional_retention_ms: int | timedelta = 24 * 60 * 60 * 1000
+    # Whether records of a joined or table topic are checked to sit on the partition Java's
+    # partitioner gives their key ("warn": log once and count them; "fail": stop; "off").
+    co_partitioning_check: str = "warn"
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
     client_config: dict[str, Any] = field(default_factory=dict)
 
@@ -99,6 +103,11 @@ class StreamsConfig:
                 "default_production_exception_handler must be one of "
                 f"{', '.join(PRODUCTION_HANDLERS)}, got "
                 f"{self.default_production_exception_handler!r}"
+            )
+        if self.co_partitioning_check not in CO_PARTITIONING_CHECKS:
+            raise ConfigError(
+                f"co_partitioning_check must be one of {', '.join(CO_PARTITIONING_CHECKS)}, got "
+                f"{self.co_partitioning_check!r}"
             )
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers is empty: give host:port of at least one broker")

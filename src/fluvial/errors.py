@@ -29,6 +29,11 @@ class KafkaSetupError(FluvialError):
     """The local Apache Kafka could not be provisioned or started."""
 
 
+class CoPartitioningError(StreamsError):
+    """A joined or table topic holds records on other partitions than Java's partitioner gives
+    their keys (``co_partitioning_check="fail"``). Restarting cannot help: the records stay."""
+
+
 class ChangelogGapError(StreamsError):
     """A changelog lost records its store still needs: restoring would come back short.
 

@@ -60,6 +60,7 @@ class StreamsBuilder:
         source = f"{c.name}-source" if c.name else self._itb.new_processor_name(graph.SOURCE)
         name = c.name or self._itb.new_processor_name("KTABLE-SOURCE-")
         self._itb.add_source(source, [topic], key_serde, value_serde)
+        self._itb.table_sources.add(source)
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
         self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [source])
         self._itb.add_store(graph.kv_store_spec(store, m, k, v), name)

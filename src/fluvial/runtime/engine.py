@@ -15,7 +15,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import ChangelogGapError, StreamsError
+from fluvial.errors import ChangelogGapError, CoPartitioningError, StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
@@ -174,7 +174,7 @@ class Application:
                     return
                 log.warning("slot %d: %s; this driver is still the current one, so the slot "
                             "starts again", worker.slot, error)  # fmt: skip
-            except (ChangelogGapError, AuthorizationError) as error:
+            except (ChangelogGapError, AuthorizationError, CoPartitioningError) as error:
                 # Fatal: restarting cannot help.
                 log.error("%s", error)
                 self.errors.append(error)

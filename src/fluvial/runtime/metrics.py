@@ -34,6 +34,8 @@ class WorkerMetrics:
     # standby replicas dropped because their changelog position was deleted under them.
     restore_gaps: int = 0
     standby_gaps: int = 0
+    # Records of joined or table topics found on another partition than their key's.
+    copartition_mismatches: int = 0
     task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def record_commit(self, seconds: float) -> None:
@@ -61,6 +63,12 @@ _WORKER_COUNTERS = (
     ("standby_lag", "gauge", "Changelog records the slot's standby replicas have not applied"),
     ("restore_gaps", "counter", "Restores refused: the changelog lost records the store needs"),
     ("standby_gaps", "counter", "Standby stores dropped: their changelog position was deleted"),
+    (
+        "copartition_mismatches",
+        "counter",
+        "Records of joined or table topics on another partition than Java's partitioner gives "
+        "their key (sampled)",
+    ),
 )
 
 

@@ -33,6 +33,7 @@ from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
+from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.metrics import WorkerMetrics
@@ -110,6 +111,7 @@ class Worker:
         self._producer: Producer | None = None
         self._producer_hung = False
         self._consumer: Consumer | None = None
+        self._guard: PartitionGuard | None = None
         self._collector: KafkaRecordCollector | None = None
         self._dirty = False
         self._last_commit = time.monotonic()
@@ -162,6 +164,7 @@ class Worker:
         # The collector counts its own sends; a restarted worker's count goes on from here.
         self._records_out_base = self.metrics.records_out
         self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
+        self._guard = self._partition_guard()
         committed = self._read_committed()
         # Global tables are complete before any stream task looks anything up in them.
         self.global_tables = GlobalTables(self.topology, self.config)
@@ -185,6 +188,28 @@ class Worker:
         if self.eos:
             self._producer.begin_transaction()
         self._last_commit = time.monotonic()
+
+    def _partition_guard(self) -> PartitionGuard | None:
+        """The co-partitioning guard over this worker's joined and table topics, if any."""
+        if self.config.co_partitioning_check == "off":
+            return None
+        mine = {t for t, _ in self._all_tps()}
+        keyed = sorted(self.topology.keyed_source_topics() & mine)
+        if not keyed:
+            return None
+        consumer = self._consumer
+        assert consumer is not None
+        counts: dict[str, int] = {}
+        for topic in keyed:
+            meta = self._call(lambda t=topic: consumer.list_topics(t, timeout=TIMEOUT_S),
+                              "read topic metadata").topics.get(topic)  # fmt: skip
+            if meta is not None and meta.error is None and meta.partitions:
+                counts[topic] = len(meta.partitions)
+
+        def count(n: int) -> None:
+            self.metrics.copartition_mismatches += n
+
+        return PartitionGuard(self.config.co_partitioning_check, counts, count)
 
     def _all_tps(self) -> list[tuple[str, int]]:
         subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
@@ -453,6 +478,8 @@ class Worker:
             batch.append(new_tuple(ConsumedRecord, (msg.key(), msg.value(), msg.timestamp()[1],
                                                     msg.offset(), msg.headers() or ())))  # fmt: skip
         for (topic, partition), batch in batches.items():
+            if self._guard is not None:
+                self._guard.check(topic, partition, batch)
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
         if self.global_tables is not None:

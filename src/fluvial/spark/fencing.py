@@ -23,7 +23,7 @@ from typing import Protocol
 
 from fluvial.acls import authorization_error
 from fluvial.config import StreamsConfig
-from fluvial.errors import FluvialError
+from fluvial.errors import CoPartitioningError, FluvialError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.runtime.epoch import (
     DriverEpoch,
@@ -92,7 +92,7 @@ def fatal_slot_error(
     """The error to stop the application with, if ``failure`` is one no retry can mend."""
     if not isinstance(failure, Exception):
         return None
-    if isinstance(failure, (AuthorizationError, DriverFencedError)):
+    if isinstance(failure, (AuthorizationError, DriverFencedError, CoPartitioningError)):
         return failure
     error = kafka_error_of(failure)
     if isinstance(failure, FencedError) or (error is not None and is_fenced(error)):

@@ -37,6 +37,8 @@ class InternalTopologyBuilder:
         # GlobalKTables: their nodes run outside every task, their stores are shared by all.
         self.global_nodes: set[str] = set()
         self.global_stores: set[str] = set()
+        # Source nodes of tables (builder.table): their topics must be partitioned by key.
+        self.table_sources: set[str] = set()
         # The DSL's repartition filters and the joins that relax their null-key rule (see
         # fluvial.dsl.graph.resolve_null_key_filters), settled when the DSL builds.
         self.repartition_filters: dict[str, Any] = {}
@@ -239,4 +241,5 @@ class InternalTopologyBuilder:
             copartition_groups=[set(g) for g in self.copartition_groups],
             global_nodes=set(self.global_nodes),
             global_stores=set(self.global_stores),
+            table_sources=set(self.table_sources),
         )

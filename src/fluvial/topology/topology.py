@@ -95,6 +95,7 @@ class Topology:
         copartition_groups: list[set[str]],
         global_nodes: set[str] | None = None,
         global_stores: set[str] | None = None,
+        table_sources: set[str] | None = None,
     ) -> None:
         self.nodes = nodes
         self.stores = stores
@@ -102,6 +103,7 @@ class Topology:
         self._copartition_sources = copartition_groups
         self.global_nodes = frozenset(global_nodes or ())
         self.global_stores = frozenset(global_stores or ())
+        self._table_sources = frozenset(table_sources or ())
         self._groups = self._make_groups()
 
     # -- structure --------------------------------------------------------------------------
@@ -349,6 +351,19 @@ class Topology:
                         changed = True
         # A repartition topic written by sub-topology i follows i's own inputs.
         return [sorted(r) for r in result]
+
+    def keyed_source_topics(self) -> set[str]:
+        """User topics whose records must sit on their key's partition: those joined with
+        another topic, and those read as tables (a key's row lives in one task)."""
+        topics: set[str] = set()
+        for group in self._copartition_topics():
+            if len(group) > 1:
+                topics |= group
+        for source in self._table_sources:
+            node = self.nodes[source]
+            if isinstance(node, SourceNode):
+                topics |= set(node.topics)
+        return {t for t in topics if t not in self._internal_topics}
 
     def copartition_groups(self, application_id: str) -> list[set[str]]:
         """Sets of topics that must have equal partition counts (join inputs)."""

@@ -1,0 +1,119 @@
+"""Joins over several partitions on real Kafka: every match is found, or the input is refused.
+
+A re-keyed stream joined with a table writes its repartition topic with the table's key serde,
+so a key's records meet its row in one task; a table written with another partitioner than
+Java's is caught by the co-partitioning guard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from fluvial import StreamsBuilder, StreamsConfig, serdes
+from fluvial.errors import CoPartitioningError
+from fluvial.runtime import Application
+from tests.event_times import event_time_base_ms
+from tests.runtime.harness import read_topic, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+USERS = 120
+COUNTRIES = ["de", "fr", "nl", "pl", "se"]
+
+
+def country(i: int) -> str:
+    return COUNTRIES[i % len(COUNTRIES)]
+
+
+def produce_users(bootstrap: str, topic: str, partitioner: str, base_ms: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": partitioner})
+    for i in range(USERS):
+        producer.produce(topic, key=f"u{i:03d}".encode(), value=country(i).encode(),
+                         timestamp=base_ms + i)  # fmt: skip
+    assert producer.flush(30) == 0
+
+
+def produce_orders(bootstrap: str, topic: str, ids: range, base_ms: int, pace_s: float) -> None:
+    """Orders keyed by order id (so re-keying moves them), each naming its user."""
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for i in ids:
+        value = json.dumps({"user_id": f"u{i:03d}", "amount": i}).encode()
+        producer.produce(topic, key=f"order-{i}".encode(), value=value,
+                         timestamp=base_ms + 10_000 + i)  # fmt: skip
+        if pace_s:
+            producer.poll(0)
+            time.sleep(pace_s)
+    assert producer.flush(30) == 0
+
+
+def joined(bootstrap: str, topic: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for partition in range(3):
+        for m in read_topic(bootstrap, topic, partition=partition):
+            found.setdefault(m.key().decode(), []).append(m.value().decode())
+    return found
+
+
+def test_rekeyed_stream_joined_with_a_table_finds_every_match_on_three_partitions(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    users, orders, out = (topic_factory(n, 3) for n in ("users", "orders", "joined"))
+    base = event_time_base_ms()
+    produce_users(bootstrap_servers, users, "murmur2_random", base)
+    produce_orders(bootstrap_servers, orders, range(0, 60), base, 0)  # a backlog
+
+    b = StreamsBuilder()
+    table = b.table(users, key_serde=serdes.string(), value_serde=serdes.string())
+    (b.stream(orders, key_serde=serdes.string(), value_serde=serdes.json())
+      .select_key(lambda k, o: o["user_id"])
+      .join(table, lambda o, c: f"{c}:{o['amount']}")
+      .to(out, key_serde=serdes.string(), value_serde=serdes.string()))  # fmt: skip
+    config = StreamsConfig(application_id=unique_name("app"), bootstrap_servers=bootstrap_servers,
+                           processing_guarantee="exactly_once_v2", state_dir=str(tmp_path),
+                           co_partitioning_check="fail")  # fmt: skip
+    with Application(b.build(), config) as app:
+        wait_until(lambda: len(joined(bootstrap_servers, out)) >= 60 or app.errors, 120,
+                   "the backlog's orders to be joined")  # fmt: skip
+        produce_orders(bootstrap_servers, orders, range(60, USERS), base, 0.02)  # live traffic
+        wait_until(lambda: len(joined(bootstrap_servers, out)) >= USERS or app.errors, 120,
+                   "the live orders to be joined")  # fmt: skip
+    app.raise_if_failed()
+    expected = {f"u{i:03d}": [f"{country(i)}:{i}"] for i in range(USERS)}
+    assert joined(bootstrap_servers, out) == expected
+
+
+def test_a_table_written_with_another_partitioner_is_caught(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """librdkafka's default partitioner (CRC32) misplaces most keys for a Java-partitioned join."""
+    users, orders, out = (topic_factory(n, 3) for n in ("users", "orders", "joined"))
+    base = event_time_base_ms()
+    produce_users(bootstrap_servers, users, "consistent_random", base)
+
+    def app_config(check: str) -> StreamsConfig:
+        return StreamsConfig(application_id=unique_name("app"), bootstrap_servers=bootstrap_servers,
+                             state_dir=str(tmp_path / check), co_partitioning_check=check)  # fmt: skip
+
+    def topology():  # noqa: ANN202
+        b = StreamsBuilder()
+        table = b.table(users, key_serde=serdes.string(), value_serde=serdes.string())
+        b.stream(orders, key_serde=serdes.string(), value_serde=serdes.json()).join(
+            table, lambda o, c: c
+        ).to(out, value_serde=serdes.string())
+        return b.build()
+
+    with Application(topology(), app_config("fail")) as app:
+        wait_until(lambda: app.errors, 60, "the check to stop the application")
+    with pytest.raises(CoPartitioningError, match=r"partitioner=murmur2_random") as error:
+        app.raise_if_failed()
+    assert repr(users) in str(error.value)
+
+    with Application(topology(), app_config("warn")) as app:
+        wait_until(lambda: sum(w.metrics.copartition_mismatches for w in app.workers) > 0, 60,
+                   "misplaced records to be counted")  # fmt: skip
+    app.raise_if_failed()  # a warning only: the application ran on
