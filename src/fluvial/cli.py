@@ -367,32 +367,76 @@ def _start_egress(app_file: Path, config):  # noqa: ANN001, ANN202 - returns Egr
 
 @app.command("reset")
 def reset(
-    application_id: Annotated[str, typer.Argument(help="The application id to reset")],
-    bootstrap_servers: Annotated[str, typer.Option(help="Kafka bootstrap servers")] = (
-        "127.0.0.1:9092"
-    ),
-    state_dir: Annotated[Path, typer.Option(help="The application's state_dir")] = Path(
-        "/tmp/fluvial"
-    ),
+    application: Annotated[
+        str,
+        typer.Argument(
+            help="The application: its APP.py (exact internal topics from its topology), or "
+            "its application id"
+        ),
+    ],
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(help="Kafka bootstrap servers (default: APP.py's, else 127.0.0.1:9092)"),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="The application's state_dir (default: APP.py's, else /tmp/fluvial)"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted, and delete nothing")
+    ] = False,
     client_config: ClientConfigOption = None,
 ) -> None:
     """Reset an application so that it reprocesses its input from scratch.
 
     Deletes its committed offsets (inputs are read again from the earliest), its internal
-    topics (repartition, changelog) and its local state. Stop the application first.
+    topics (repartition, changelog) and its local state. Stop the application first. Given an
+    id, a topic another application could own (shop-eu-totals-changelog, resetting shop) stops
+    the reset before anything is deleted: give the APP.py instead.
     """
-    from fluvial.runtime.reset import reset_application
+    from fluvial.config import StreamsConfig
+    from fluvial.runtime.reset import apply_reset, plan_reset
 
+    internal: list[str] | None = None
+    application_id = application
+    app_config = None
+    if application.endswith(".py") or Path(application).is_file():
+        loaded = _load(Path(application))
+        app_config = loaded.config or StreamsConfig()
+        application_id = app_config.application_id
+        additional = int(app_config.windowstore_changelog_additional_retention_ms)  # type: ignore[arg-type]
+        internal = [t.name for t in loaded.topology.internal_topics(
+            application_id, additional_retention_ms=additional)]  # fmt: skip
     try:
         settings_bootstrap, settings = client_settings_or_exit(client_config)
-        if settings_bootstrap and bootstrap_servers == "127.0.0.1:9092":
+        if settings_bootstrap and bootstrap_servers is None:
             bootstrap_servers = settings_bootstrap
+        if app_config is not None:
+            bootstrap_servers = bootstrap_servers or app_config.bootstrap_servers
+            settings = settings or {k: str(v) for k, v in app_config.client_config.items()}
+            state_dir = state_dir or Path(app_config.state_dir)
+        bootstrap_servers = bootstrap_servers or "127.0.0.1:9092"
+        state_dir = state_dir or Path("/tmp/fluvial")
         if settings:
             from fluvial.kafka.security import check_connection, is_secured
 
             if is_secured(settings):
                 check_connection(bootstrap_servers, settings)
-        report = reset_application(application_id, bootstrap_servers, state_dir, settings)
+        plan = plan_reset(application_id, bootstrap_servers, state_dir, settings,
+                          internal_topics=internal)  # fmt: skip
+        if dry_run:
+            console.print(
+                f"reset {application_id} (dry run, nothing deleted) would delete:", soft_wrap=True
+            )
+            for group in plan.groups:
+                console.print(f"  consumer group {group}", soft_wrap=True)
+            for topic in plan.topics:
+                console.print(f"  topic {topic}", soft_wrap=True)
+            console.print(
+                f"  local state {plan.state}" if plan.state else "  no local state", soft_wrap=True
+            )
+            return
+        report = apply_reset(plan, bootstrap_servers, settings)
     except FluvialError as error:
         _fail(error)
     console.print(
@@ -402,7 +446,7 @@ def reset(
         f"{'wiped at ' + str(report.state_wiped) if report.state_wiped else 'none found'}"
     )
     for topic in report.deleted_topics:
-        console.print(f"  deleted {topic}")
+        console.print(f"  deleted {topic}", soft_wrap=True)
 
 
 @app.command("acls")

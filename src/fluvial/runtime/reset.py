@@ -2,10 +2,22 @@
 
 Deletes the application's committed offsets (its consumer group, so every input is read again
 from the earliest offset), its driver record, its internal topics, and its local state.
+
+Internal topics are named ``<application_id>-<name>-<suffix>``, so one application's id can be
+the prefix of another's (``shop`` and ``shop-eu``): ``shop-eu-totals-changelog`` could be the
+store ``eu-totals`` of ``shop`` or the store ``totals`` of ``shop-eu``. A reset must never
+delete another application's state, which would then restart empty over its committed offsets
+and go on with wrong results. So:
+
+- given the application (``APP.py``), the exact names come from its topology;
+- given only the id, a topic is deleted only when no other application's id can own it: its
+  name part has no ``-``, or is a generated name (``KSTREAM-AGGREGATE-STATE-STORE-0000000003``).
+  Any other candidate stops the reset before anything is deleted, and is listed.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -22,6 +34,20 @@ INTERNAL_SUFFIXES = (
     "-subscription-registration-topic",
     "-subscription-response-topic",
 )
+# A foreign-key join's topics under generated names: KTABLE-FK-JOIN-SUBSCRIPTION-...-0000000007-topic
+_GENERATED_FK_TOPIC = re.compile(r"^KTABLE-FK-JOIN-SUBSCRIPTION-[A-Z-]+-\d{10}-topic$")
+# A name fluvial (and Kafka Streams) generate: a node or store prefix and a 10-digit index.
+_GENERATED = re.compile(r"^(KSTREAM|KTABLE)-[A-Z-]+-\d{10}(-[a-z-]+)?$")
+
+
+@dataclass
+class ResetPlan:
+    """What a reset deletes (or, under ``--dry-run``, would delete)."""
+
+    application_id: str
+    topics: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    state: Path | None = None
 
 
 @dataclass
@@ -31,52 +57,134 @@ class ResetReport:
     state_wiped: Path | None = None
 
 
+def name_part(application_id: str, topic: str) -> str | None:
+    """``<name>`` of ``<application_id>-<name><internal suffix>``, or None for other topics."""
+    prefix = f"{application_id}-"
+    if not topic.startswith(prefix):
+        return None
+    rest = topic[len(prefix) :]
+    if _GENERATED_FK_TOPIC.match(rest):
+        return rest[: -len("-topic")]
+    for suffix in INTERNAL_SUFFIXES:
+        if topic.endswith(suffix) and len(topic) > len(prefix) + len(suffix):
+            return topic[len(prefix) : -len(suffix)]
+    return None
+
+
+def other_owner(application_id: str, topic: str) -> str | None:
+    """An application id other than ``application_id`` that could own ``topic``, if any."""
+    name = name_part(application_id, topic)
+    if name is None or "-" not in name or _GENERATED.match(name):
+        return None
+    return f"{application_id}-{name.split('-', 1)[0]}"
+
+
+def _admin(bootstrap_servers: str, client_config: dict[str, str] | None) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+
+
+def plan_reset(
+    application_id: str,
+    bootstrap_servers: str,
+    state_dir: str | Path = "/tmp/fluvial",
+    client_config: dict[str, str] | None = None,
+    *,
+    internal_topics: list[str] | None = None,
+) -> ResetPlan:
+    """What resetting ``application_id`` deletes; raises before anything is deleted if the
+    application still runs, or if another application could own a candidate topic.
+
+    ``internal_topics``: the application's exact internal topic names (from its topology);
+    without them, candidates are found by name and must be unambiguous.
+    """
+    admin = _admin(bootstrap_servers, client_config)
+    _refuse_if_running(admin, application_id)
+    existing = set(admin.list_topics(timeout=15).topics)
+    plan = ResetPlan(application_id)
+    if internal_topics is not None:
+        plan.topics = sorted(t for t in internal_topics if t in existing)
+    else:
+        candidates = sorted(t for t in existing if name_part(application_id, t) is not None)
+        ambiguous = {t: owner for t in candidates if (owner := other_owner(application_id, t))}
+        if ambiguous:
+            listing = "\n  ".join(
+                f"{t} (could be application {owner!r}'s)" for t, owner in ambiguous.items()
+            )
+            raise FluvialError(
+                f"refusing to reset {application_id!r} by id: these topics could belong to "
+                f"another application whose id starts with '{application_id}-', and deleting "
+                f"them would empty its state:\n  {listing}\nReset with the application file "
+                f"instead (fluvial reset APP.py), which names its exact topics; nothing was "
+                "deleted"
+            )
+        plan.topics = candidates
+    plan.groups = _existing_groups(admin, [application_id, f"{application_id}-driver"])
+    app_state = Path(state_dir) / application_id
+    plan.state = app_state if app_state.exists() else None
+    return plan
+
+
 def reset_application(
     application_id: str,
     bootstrap_servers: str,
     state_dir: str | Path = "/tmp/fluvial",
     client_config: dict[str, str] | None = None,
+    *,
+    internal_topics: list[str] | None = None,
 ) -> ResetReport:
     """Reset ``application_id``. Stop every instance of the application first."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client_config or {})})
+    plan = plan_reset(application_id, bootstrap_servers, state_dir, client_config,
+                      internal_topics=internal_topics)  # fmt: skip
+    return apply_reset(plan, bootstrap_servers, client_config)
+
+
+def apply_reset(
+    plan: ResetPlan, bootstrap_servers: str, client_config: dict[str, str] | None = None
+) -> ResetReport:
+    admin = _admin(bootstrap_servers, client_config)
     report = ResetReport()
-    groups = admin.describe_consumer_groups([application_id])
-    try:
-        group = groups[application_id].result()
-        if group.members:
-            raise FluvialError(
-                f"application {application_id!r} still has {len(group.members)} active member(s): "
-                "stop every instance before resetting it"
-            )
-    except KafkaException:
-        pass  # no such group: nothing committed yet
     # The application's committed offsets, and its driver record (fluvial.runtime.epoch).
-    for group in (application_id, f"{application_id}-driver"):
+    for group in plan.groups:
         try:
             admin.delete_consumer_groups([group])[group].result()
-            report.group_deleted |= group == application_id
+            report.group_deleted |= group == plan.application_id
         except KafkaException as error:
             if error.args[0].name() not in ("GROUP_ID_NOT_FOUND", "NOT_COORDINATOR"):
                 raise FluvialError(f"could not delete group {group!r}: {error}") from None
-    prefix = f"{application_id}-"
-    topics = sorted(
-        name
-        for name in admin.list_topics(timeout=15).topics
-        if name.startswith(prefix) and name.endswith(INTERNAL_SUFFIXES)
-    )
-    if topics:
-        for name, future in admin.delete_topics(topics, operation_timeout=30).items():
+    if plan.topics:
+        for name, future in admin.delete_topics(plan.topics, operation_timeout=30).items():
             try:
                 future.result()
                 report.deleted_topics.append(name)
             except KafkaException as error:
                 raise FluvialError(f"could not delete internal topic {name!r}: {error}") from None
     _wait_until_gone(admin, set(report.deleted_topics))
-    app_state = Path(state_dir) / application_id
-    if app_state.exists():
-        shutil.rmtree(app_state)
-        report.state_wiped = app_state
+    if plan.state is not None and plan.state.exists():
+        shutil.rmtree(plan.state)
+        report.state_wiped = plan.state
     return report
+
+
+def _refuse_if_running(admin: AdminClient, application_id: str) -> None:
+    groups = admin.describe_consumer_groups([application_id])
+    try:
+        group = groups[application_id].result()
+    except KafkaException:
+        return  # no such group: nothing committed yet
+    if group.members:
+        raise FluvialError(
+            f"application {application_id!r} still has {len(group.members)} active member(s): "
+            "stop every instance before resetting it"
+        )
+
+
+def _existing_groups(admin: AdminClient, wanted: list[str]) -> list[str]:
+    try:
+        listed = admin.list_consumer_groups(request_timeout=15).result()
+    except KafkaException:
+        return list(wanted)  # cannot list: try to delete each, absent ones are skipped
+    present = {g.group_id for g in listed.valid}
+    return [g for g in wanted if g in present]
 
 
 def _wait_until_gone(admin: AdminClient, topics: set[str], timeout_s: float = 60.0) -> None:
