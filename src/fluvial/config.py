@@ -64,6 +64,10 @@ class StreamsConfig:
     # Whether records of a joined or table topic are checked to sit on the partition Java's
     # partitioner gives their key ("warn": log once and count them; "fail": stop; "off").
     co_partitioning_check: str = "warn"
+    # Stream time that does not outrun a repartition topic's slowest writer, so a backlog or a
+    # replay gives the results live input gives (docs/semantics.md, "Catch-up completeness").
+    # False keeps Kafka Streams' rule: a downstream task's stream time follows its fastest writer.
+    catch_up_completeness: bool = True
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
     client_config: dict[str, Any] = field(default_factory=dict)
 

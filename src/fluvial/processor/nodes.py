@@ -11,6 +11,7 @@ from typing import Any
 from fluvial import serdes
 from fluvial.errors import SerializationError
 from fluvial.processor.collector import RecordCollector
+from fluvial.processor.completeness import WRITER_HEADER
 from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.processor.metrics import RECORDS_PRODUCED
 from fluvial.records import Record, Windowed
@@ -34,8 +35,12 @@ class SinkProcessor(FusableProcessor):
         collector: RecordCollector,
         partitioner: StreamPartitioner | None,
         count_metric: bool,
+        writer_id: str | None = None,
     ) -> None:
+        """``writer_id``: added as a header to every record, for a repartition topic read
+        merged by writer downstream (:mod:`fluvial.processor.completeness`)."""
         self.topic = topic
+        self.writer_header = (WRITER_HEADER, writer_id.encode()) if writer_id else None
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.collector = collector
@@ -53,6 +58,7 @@ class SinkProcessor(FusableProcessor):
         topic, partitioner, send = self.topic, self.partitioner, self.collector.send
         key_serde, value_serde = self.key_serde, self.value_serde
         inferred = _INFERRED_BY_TYPE
+        writer = self.writer_header
 
         def sink(key: Any, value: Any, origin: Record[Any, Any]) -> None:
             # Without a serde, the one for the object's type (looked up here: once per record).
@@ -68,8 +74,10 @@ class SinkProcessor(FusableProcessor):
             )  # fmt: skip
             partition = None if partitioner is None else partitioner(topic, key, value, -1)
             headers = origin.headers
-            send(topic, key_bytes, value_bytes, origin.timestamp_ms,
-                 list(headers) if headers else [], partition)  # fmt: skip
+            out = list(headers) if headers else []
+            if writer is not None:
+                out.append(writer)
+            send(topic, key_bytes, value_bytes, origin.timestamp_ms, out, partition)
             self.produced += 1
 
         return sink

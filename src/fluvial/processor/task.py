@@ -21,6 +21,7 @@ from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
+from fluvial.processor.completeness import WriterMergeQueue
 from fluvial.processor.context import LiveNode, NodeContext
 from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
@@ -71,9 +72,12 @@ class StreamTask:
         global_stores: dict[str, StateStore] | None = None,
         wall_clock_ms: int | None = None,
         transactional: bool = True,
+        writer_id: str | None = None,
     ) -> None:
         """``transactional=False`` leaves persistent stores without their transactional layer:
-        for GlobalKTable stores, which are rebuilt from their topics and never committed."""
+        for GlobalKTable stores, which are rebuilt from their topics and never committed.
+        ``writer_id``: set when repartition topics carry their writers' progress
+        (:mod:`fluvial.processor.completeness`); records this task writes to them say so."""
         self.task_id = TaskId(*task_id)
         self.subtopology = subtopology
         self.config = config
@@ -110,6 +114,9 @@ class StreamTask:
             tp: deque() for tp in input_partitions
         }
         self._consumed: dict[TopicPartition, int] = {}
+        # Repartition partitions read merged across their writers (see merge_by_writer).
+        self._merged: dict[TopicPartition, WriterMergeQueue] = {}
+        self.writer_id = writer_id
         self._sources = subtopology.source_node_for()
         self._idle_since: int | None = None
         self._max_idle_ms = to_millis(config.max_task_idle_ms, "max_task_idle_ms")
@@ -188,13 +195,15 @@ class StreamTask:
                 processor = SourceProcessor()
             elif isinstance(spec, SinkNode):
                 topic = sub.resolve(spec.topic)
+                repartition = topic in sub.repartition_topics_written()
                 processor = SinkProcessor(
                     topic,
                     spec.key_serde,
                     spec.value_serde,
                     self.collector,
                     spec.partitioner,
-                    count_metric=topic not in sub.repartition_topics_written(),
+                    count_metric=not repartition,
+                    writer_id=self.writer_id if repartition else None,
                 )
             else:
                 assert isinstance(spec, ProcessorNode) and spec.supplier is not None
@@ -257,9 +266,45 @@ class StreamTask:
                 f"{sorted(self._queues)}"
             )
         queue.extend(records)
+        merged = self._merged.get((topic, partition))
+        if merged is not None:  # progress records move the offset without a record to process
+            offset = merged.next_offset()
+            if offset is not None:
+                self._consumed[(topic, partition)] = offset
+
+    def merge_by_writer(
+        self, tp: TopicPartition, writers: list[str], skip: dict[str, int] | None = None
+    ) -> None:
+        """Read the repartition partition ``tp`` merged across its ``writers`` (upstream task
+        ids); ``skip``: what a previous run processed past its committed offset."""
+        if self._queues.get(tp):
+            raise StreamsError(f"merge_by_writer({tp}) after records were added")
+        queue = WriterMergeQueue(writers, skip=skip)
+        self._queues[tp] = queue  # type: ignore[assignment]
+        self._merged[tp] = queue
+
+    def processed_past_commit(self) -> dict[TopicPartition, dict[str, int]]:
+        """Per merged partition, each writer's records processed past the offset to commit."""
+        out: dict[TopicPartition, dict[str, int]] = {}
+        for tp, queue in self._merged.items():
+            offset = self._consumed.get(tp)
+            if offset is not None:
+                above = queue.processed_above(offset)
+                if above:
+                    out[tp] = above
+        return out
 
     def buffered_records(self) -> int:
         return sum(len(q) for q in self._queues.values())
+
+    def has_ready_records(self) -> bool:
+        """Whether some record may be processed now (merged partitions may hold records back)."""
+        return any(self._queues.values())
+
+    def backpressure_depth(self) -> int:
+        """Records that count towards pausing the task's partitions. Records a merged partition
+        holds for a slower writer do not: pausing would keep that writer's records out."""
+        return sum(len(q) for tp, q in self._queues.items() if tp not in self._merged)
 
     def process_one(self, wall_clock_ms: int | None = None) -> bool:
         """Process the next record, if one may go now; return whether one did.
@@ -353,6 +398,11 @@ class StreamTask:
                 consumed[tp] = raw.offset + 1
             elif single and last is not None:
                 consumed[tp] = last.offset + 1
+            for merged_tp, merged in self._merged.items():
+                # Out of offset order across writers: commit the lowest offset still held.
+                offset = merged.next_offset()
+                if offset is not None:
+                    consumed[merged_tp] = offset
             self.processed += processed
         return taken
 

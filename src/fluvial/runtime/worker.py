@@ -37,6 +37,7 @@ from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.metrics import WorkerMetrics
+from fluvial.runtime.progress import RepartitionProgress, writer_id
 from fluvial.runtime.restore import Restorer
 from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
@@ -112,6 +113,7 @@ class Worker:
         self._producer_hung = False
         self._consumer: Consumer | None = None
         self._guard: PartitionGuard | None = None
+        self._progress: RepartitionProgress | None = None
         self._collector: KafkaRecordCollector | None = None
         self._dirty = False
         self._last_commit = time.monotonic()
@@ -163,7 +165,20 @@ class Worker:
         )
         # The collector counts its own sends; a restarted worker's count goes on from here.
         self._records_out_base = self.metrics.records_out
-        self._consumer = Consumer(consumer_settings(self.config, client_suffix=f"-{self.slot}"))
+        settings = consumer_settings(self.config, client_suffix=f"-{self.slot}")
+        if self.config.catch_up_completeness:
+            # "Read all of its input" is part of a task's progress (fluvial.runtime.progress).
+            settings["enable.partition.eof"] = True
+        self._consumer = Consumer(settings)
+        consumer = self._consumer
+        self._progress = (
+            self._call(
+                lambda: RepartitionProgress(self.topology, self.config, consumer),
+                "read topic metadata",
+            )  # fmt: skip
+            if self.config.catch_up_completeness
+            else None
+        )
         self._guard = self._partition_guard()
         committed = self._read_committed()
         # Global tables are complete before any stream task looks anything up in them.
@@ -242,9 +257,10 @@ class Worker:
         try:
             for task_id in self.task_ids:
                 task_dir = self.state_root / str(task_id)
+                progress = self._progress
                 task = StreamTask(task_id, subs[task_id.subtopology], self.config, task_dir,
-                                  self._collector,
-                                  global_stores=self.global_tables.stores)  # fmt: skip
+                                  self._collector, global_stores=self.global_tables.stores,
+                                  writer_id=writer_id(task_id) if progress else None)  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
                 self._announce(task_id, RESTORING)  # before the restore changes its stores
@@ -254,6 +270,8 @@ class Worker:
                 state.open(adopt=standby_copies(self.state_root, task_id) if self.eos else ())
                 tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
                 metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
+                if progress is not None:
+                    progress.merge_inputs(task, metadata.processed)
                 # Restore up to the changelog offsets committed with the input offsets: under
                 # at-least-once the changelog may run further, with writes of records that
                 # will be processed again.
@@ -455,13 +473,17 @@ class Worker:
     def run_once(self) -> None:
         """Poll, process what may be processed, punctuate, and commit when the interval is up."""
         assert self._consumer is not None
-        buffered = any(t.buffered_records() for t in self.tasks.values())
+        buffered = any(t.has_ready_records() for t in self.tasks.values())
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
         # Group by partition and hand each task its records in one call, in offset order.
         batches: dict[tuple[str, int], list[ConsumedRecord]] = {}
+        at_end: list[tuple[str, int]] = []
         for msg in messages:
             error = msg.error()
             if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.append((msg.topic(), msg.partition()))
+                    continue
                 if error.fatal():
                     raise StreamsError(f"the consumer failed: {error.str()}")
                 if error.name() in AUTHORIZATION_ERRORS:
@@ -482,9 +504,19 @@ class Worker:
                 self._guard.check(topic, partition, batch)
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
+        progress = self._progress
+        if progress is not None:
+            # A partition's end comes after its records in one batch: records first.
+            progress.got_records(batches)
+            for tp in at_end:
+                progress.reached_end(tp)
+            if any(tp[0] in self._repartition_topics for tp in batches):
+                self._dirty = True  # progress records alone move the offsets to commit
         if self.global_tables is not None:
             self.global_tables.poll(0.0)
         self._process()
+        if progress is not None and progress.send(self.tasks.values(), self._collector):
+            self._dirty = True
         if self.standbys is not None:
             self.metrics.standby_applied += self.standbys.poll()
         self._apply_backpressure()
@@ -509,7 +541,7 @@ class Worker:
         assert self._consumer is not None
         to_pause, to_resume = [], []
         for tp, task in self._task_by_tp.items():
-            depth = task.buffered_records()
+            depth = task.backpressure_depth()
             if depth > MAX_BUFFERED_PER_PARTITION and tp not in self._paused:
                 to_pause.append(tp)
             elif depth < MAX_BUFFERED_PER_PARTITION // 2 and tp in self._paused:
@@ -705,7 +737,8 @@ class Worker:
             for tp in task.changelog_partitions().values()
             if tp in self._horizons
         }
-        return CommitMetadata(task.stream_time, ends, needed).encode()
+        processed = task.processed_past_commit()
+        return CommitMetadata(task.stream_time, ends, needed, processed=processed).encode()
 
     # -- metrics ----------------------------------------------------------------------------
 
@@ -815,6 +848,9 @@ class CommitMetadata:
     changelog_ends: dict[tuple[str, int], int] = field(default_factory=dict)
     needed: dict[tuple[str, int], Needed] = field(default_factory=dict)
     known: bool = False
+    # Merged repartition partitions: per writer, its last record processed past the committed
+    # offset (records of several writers are processed out of offset order), to skip on restart.
+    processed: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -829,7 +865,13 @@ class CommitMetadata:
             [t, p, n.needed_from, n.newest_start, n.newest_written]
             for (t, p), n in sorted(self.needed.items())
         ]
-        payload = {"st": self.stream_time, "cl": ends, "nd": needed}
+        payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
+        if self.processed:
+            payload["pp"] = [
+                [t, p, writer, off]
+                for (t, p), writers in sorted(self.processed.items())
+                for writer, off in sorted(writers.items())
+            ]
         text = json.dumps(payload, separators=(",", ":"))
         if len(text) <= self.COMPRESS_ABOVE:
             return self.PREFIX + text
@@ -852,7 +894,10 @@ class CommitMetadata:
                 (t, int(p)): Needed(int(nf), int(ns), int(nw))
                 for t, p, nf, ns, nw in data.get("nd", [])
             }
-            return cls(int(data.get("st", -1)), ends, needed, "nd" in data)
+            processed: dict[tuple[str, int], dict[str, int]] = {}
+            for t, p, writer, off in data.get("pp", []):
+                processed.setdefault((t, int(p)), {})[str(writer)] = int(off)
+            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, processed)
         except (ValueError, TypeError, zlib.error):
             return cls()
 

@@ -1,0 +1,189 @@
+"""Catch-up completeness: stream time that does not outrun a repartition topic's slowest writer.
+
+Several upstream tasks write into each partition of a repartition topic, each at its own pace.
+Read in offset order, a partition interleaves them as they happened to run: during a backlog
+or a replay one writer may be minutes of event time ahead of another, and a downstream window
+closed by the fast writer's records drops the slow writer's on-time records as late. Kafka
+Streams has this hazard; fluvial removes it (``catch_up_completeness=True``, the default):
+
+- every record an upstream task writes to a repartition topic carries its writer's id in the
+  header :data:`WRITER_HEADER`;
+- every upstream task also writes a small *progress record* (header :data:`PROGRESS_HEADER`, no
+  key, no value) to each partition of the repartition topics it writes, every
+  ``PROGRESS_INTERVAL_MS``: its stream time, and whether it has read all of its input;
+- a downstream task reads each repartition partition through a :class:`WriterMergeQueue`, which
+  splits the partition by writer and releases records merged by timestamp, as a task merges its
+  input partitions: a record goes only once every other writer has either a record waiting,
+  written as far in event time, or said it has read all of its input (an idle writer holds
+  nothing back).
+
+Records of one writer keep their order; only the interleaving of writers changes. Offsets then
+no longer say what was processed, so a commit records, beside the lowest offset still waiting,
+each writer's last processed offset above it (:meth:`WriterMergeQueue.processed_above`), and a
+restart skips those records (``skip``). Memory is bounded: past :data:`MAX_HELD_RECORDS` held
+records in one partition the queue releases its oldest head anyway and counts it as an overflow.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+
+from fluvial.processor.collector import ConsumedRecord
+
+WRITER_HEADER = "fluvial.writer"
+PROGRESS_HEADER = "fluvial.progress"
+PROGRESS_INTERVAL_MS = 100
+MAX_HELD_RECORDS = 100_000
+NO_TIME = -(2**63)
+
+_PROGRESS = struct.Struct(">q?")  # stream time, caught up
+
+
+def encode_progress(stream_time_ms: int, caught_up: bool) -> bytes:
+    return _PROGRESS.pack(stream_time_ms, caught_up)
+
+
+def decode_progress(data: bytes) -> tuple[int, bool]:
+    stream_time, caught_up = _PROGRESS.unpack(data)
+    return stream_time, bool(caught_up)
+
+
+class WriterMergeQueue:
+    """The records of one repartition partition, merged across the upstream tasks that wrote them.
+
+    Behaves like the ``deque`` a task keeps per input partition: ``bool(queue)`` says whether a
+    record may go now, ``queue[0]`` is that record and ``popleft()`` takes it; ``len(queue)``
+    counts every record held.
+    """
+
+    def __init__(
+        self,
+        expected_writers: Iterable[str],
+        *,
+        skip: dict[str, int] | None = None,
+        max_held: int = MAX_HELD_RECORDS,
+    ) -> None:
+        """``expected_writers``: ids of every upstream task that writes this partition, so a
+        writer that has not written yet holds records back too. ``skip``: writer -> the last
+        offset of its records processed before a restart (see :meth:`processed_above`)."""
+        self._queues: dict[str, deque[ConsumedRecord]] = {w: deque() for w in expected_writers}
+        # Per writer: how far in event time it has written, and whether it said it is idle.
+        self._high: dict[str, int] = dict.fromkeys(self._queues, NO_TIME)
+        self._idle: dict[str, bool] = dict.fromkeys(self._queues, False)
+        self._done: dict[str, int] = dict(skip or {})
+        self._skip = dict(skip or {})
+        self._end_offset: int | None = None  # just past the last record added
+        self._size = 0
+        self._max_held = max_held
+        self._ready: str | None = None  # the writer whose head may go now, once worked out
+        self._checked = False
+        self.overflows = 0
+
+    # -- filling ------------------------------------------------------------------------------
+    def extend(self, records: Iterable[ConsumedRecord]) -> None:
+        for record in records:
+            self._end_offset = record.offset + 1
+            writer, progress, headers = _split_headers(record.headers)
+            queue = self._queues.get(writer)
+            if queue is None:  # a writer the topology did not announce (or an older fluvial)
+                queue = self._queues[writer] = deque()
+                self._high[writer] = NO_TIME
+                self._idle[writer] = False
+            if progress is not None:
+                stream_time, idle = decode_progress(progress)
+                if stream_time > self._high[writer]:
+                    self._high[writer] = stream_time
+                self._idle[writer] = idle
+                continue
+            skip = self._skip.get(writer)
+            if skip is not None and record.offset <= skip:
+                continue  # processed before a restart, and committed with its effects
+            if headers is not record.headers:
+                record = record._replace(headers=headers)
+            queue.append(record)
+            self._size += 1
+            if record.timestamp_ms > self._high[writer]:
+                self._high[writer] = record.timestamp_ms
+            self._idle[writer] = False  # it writes again: it holds time back until it says so
+        self._checked = False
+
+    # -- the deque protocol a task uses ---------------------------------------------------------
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._head_writer() is not None
+
+    def __getitem__(self, index: int) -> ConsumedRecord:
+        if index != 0:
+            raise IndexError("only the head of a merge queue can be read")
+        writer = self._head_writer()
+        if writer is None:
+            raise IndexError("no record may go yet")
+        return self._queues[writer][0]
+
+    def popleft(self) -> ConsumedRecord:
+        writer = self._head_writer()
+        if writer is None:
+            raise IndexError("no record may go yet")
+        record = self._queues[writer].popleft()
+        self._size -= 1
+        self._done[writer] = record.offset
+        self._checked = False
+        return record
+
+    # -- offsets --------------------------------------------------------------------------------
+    def next_offset(self) -> int | None:
+        """The offset to commit: the lowest one still held, or past everything read."""
+        heads = [q[0].offset for q in self._queues.values() if q]
+        return min(heads) if heads else self._end_offset
+
+    def processed_above(self, offset: int) -> dict[str, int]:
+        """Writer -> last processed offset, for writers with processed records at or past
+        ``offset`` (the committed one): what a restart from ``offset`` must skip."""
+        return {w: done for w, done in self._done.items() if done >= offset}
+
+    # -- the merge ------------------------------------------------------------------------------
+    def _head_writer(self) -> str | None:
+        if self._checked:
+            return self._ready
+        self._checked = True
+        self._ready = None
+        candidate, candidate_time = None, 0
+        for writer, queue in self._queues.items():
+            if queue and (candidate is None or queue[0].timestamp_ms < candidate_time):
+                candidate, candidate_time = writer, queue[0].timestamp_ms
+        if candidate is None:
+            return None
+        for writer, queue in self._queues.items():
+            if not queue and not self._idle[writer] and self._high[writer] < candidate_time:
+                # This writer may still write an older record: wait for it, unless the
+                # held records pass the bound.
+                if self._size <= self._max_held:
+                    return None
+                self.overflows += 1
+                break
+        self._ready = candidate
+        return candidate
+
+
+def _split_headers(
+    headers: tuple | list | None,
+) -> tuple[str, bytes | None, tuple | list | None]:
+    """(writer id, progress payload or None, the headers without fluvial's own)."""
+    writer, progress = "", None
+    if not headers:
+        return writer, progress, headers
+    kept = []
+    for key, value in headers:
+        if key == WRITER_HEADER:
+            writer = value.decode() if value is not None else ""
+        elif key == PROGRESS_HEADER:
+            progress = value
+        else:
+            kept.append((key, value))
+    if len(kept) == len(headers):
+        return writer, progress, headers
+    return writer, progress, kept or ()

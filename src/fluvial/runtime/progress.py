@@ -1,0 +1,115 @@
+"""The worker's side of catch-up completeness: writer ids, progress records, merged reads.
+
+See :mod:`fluvial.processor.completeness` for the design. Here a worker
+
+- works out, from the topology and the partition counts, which upstream tasks write each
+  repartition topic (every task of each sub-topology that writes it), so a downstream task
+  waits for writers that have not written yet;
+- sets its downstream tasks' repartition partitions to be read merged by writer;
+- sends each of its upstream tasks' progress (stream time, and whether it has read all of its
+  input) to every partition of the repartition topics the task writes: at most every
+  :data:`PROGRESS_INTERVAL_MS` when it changed, and every :data:`HEARTBEAT_MS` regardless, so a
+  downstream task that restarts learns within that time that an idle writer holds nothing back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer
+
+from fluvial.config import StreamsConfig
+from fluvial.processor.collector import RecordCollector, TaskId
+from fluvial.processor.completeness import (
+    PROGRESS_HEADER,
+    PROGRESS_INTERVAL_MS,
+    WRITER_HEADER,
+    encode_progress,
+)
+from fluvial.processor.task import StreamTask
+from fluvial.topology.topology import Topology
+
+HEARTBEAT_MS = 1000
+METADATA_TIMEOUT_S = 30.0
+
+
+def writer_id(task_id: TaskId) -> str:
+    return str(task_id)
+
+
+class RepartitionProgress:
+    """Writer ids, merged reads and progress records for one worker's tasks."""
+
+    def __init__(self, topology: Topology, config: StreamsConfig, consumer: Consumer) -> None:
+        app_id = config.application_id
+        subs = topology.subtopologies(app_id)
+        metadata = consumer.list_topics(timeout=METADATA_TIMEOUT_S).topics
+        self.partitions: dict[str, int] = {
+            name: len(meta.partitions)
+            for name, meta in metadata.items()
+            if meta.error is None and meta.partitions
+        }
+        #: Repartition topic -> ids of every task that writes it.
+        self.writers: dict[str, list[str]] = {}
+        for sub in subs:
+            written = sub.repartition_topics_written()
+            if not written:
+                continue
+            tasks = max((self.partitions.get(t, 0) for t in sub.source_topics), default=0)
+            ids = [writer_id(TaskId(sub.id, p)) for p in range(tasks)]
+            for topic in written:
+                self.writers.setdefault(topic, []).extend(ids)
+        self._written = {sub.id: sorted(sub.repartition_topics_written()) for sub in subs}
+        self._at_end: set[tuple[str, int]] = set()
+        self._sent: dict[TaskId, tuple[int, bool]] = {}
+        self._last_sent_ms: dict[TaskId, float] = {}
+        self._last_round = 0.0
+
+    def merge_inputs(self, task: StreamTask, skip: dict[tuple[str, int], dict[str, int]]) -> None:
+        """Read the task's repartition partitions merged across their writers."""
+        for topic in task.subtopology.source_topics:
+            writers = self.writers.get(topic)
+            if writers is not None:
+                tp = (topic, task.task_id.partition)
+                task.merge_by_writer(tp, writers, skip.get(tp))
+
+    # -- what the consumer says -----------------------------------------------------------------
+    def reached_end(self, tp: tuple[str, int]) -> None:
+        self._at_end.add(tp)
+
+    def got_records(self, tps: Iterable[tuple[str, int]]) -> None:
+        self._at_end.difference_update(tps)
+
+    # -- progress records -------------------------------------------------------------------------
+    def send(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
+        """Send the progress of tasks that write repartition topics; whether anything was sent."""
+        now = time.monotonic() * 1000
+        if now - self._last_round < PROGRESS_INTERVAL_MS:
+            return False
+        self._last_round = now
+        sent = False
+        for task in tasks:
+            topics = self._written.get(task.task_id.subtopology)
+            if not topics:
+                continue
+            caught_up = task.buffered_records() == 0 and all(
+                (t, task.task_id.partition) in self._at_end for t in task.subtopology.source_topics
+            )
+            state = (task.stream_time, caught_up)
+            due = now - self._last_sent_ms.get(task.task_id, -HEARTBEAT_MS) >= HEARTBEAT_MS
+            if state == self._sent.get(task.task_id) and not due:
+                continue
+            payload = encode_progress(*state)
+            headers = [
+                (PROGRESS_HEADER, payload),
+                (WRITER_HEADER, writer_id(task.task_id).encode()),
+            ]
+            for topic in topics:
+                for partition in range(self.partitions.get(topic, 0)):
+                    collector.send(topic, None, None, max(task.stream_time, 0), list(headers),
+                                   partition)  # fmt: skip
+            self._sent[task.task_id] = state
+            self._last_sent_ms[task.task_id] = now
+            sent = True
+        return sent
