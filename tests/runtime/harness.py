@@ -255,6 +255,11 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0)
         consumer.close()
 
 
+def flush(producer: Producer, timeout_s: float = 300) -> None:
+    """Wait until the producer delivered everything: however long a loaded broker takes."""
+    wait_until(lambda: producer.flush(5) == 0, timeout_s, "the producer to deliver", 0)
+
+
 def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,11 +1,12 @@
-"""Catch-up completeness: live input, a backlog and a replay after a reset give the same windows.
+"""Catch-up completeness: live input, a backlog and a replay after a reset give the same results.
 
-A re-keyed windowed count over 3 input partitions (Figure 2's shape). Each partition's own
-disorder stays within grace, so no record is late by its own partition's order and every record
-counts. Three upstream tasks write the repartition topic, each at its own pace: with Kafka
-Streams' rule the downstream stream time follows the fastest of them, and a backlog drops the
-slower ones' records as late. fluvial reads the repartition topic merged by writer
-(docs/semantics.md, "Catch-up completeness").
+Three operators behind re-keys (tests/runtime/apps/catch_up.py): a windowed count, a session
+count and a stream-stream join, over 3 input partitions. Each partition's own disorder stays
+within grace, so no record is late by its own partition's order and every record counts.
+Three upstream tasks write each repartition topic, each at its own pace: with Kafka Streams'
+rule the downstream stream time follows the fastest of them, and a backlog drops the slower
+ones' records as late. fluvial reads repartition topics merged by writer (docs/semantics.md,
+"Catch-up completeness"), so the three arrival patterns give the oracle's results exactly.
 """
 
 from __future__ import annotations
@@ -13,133 +14,163 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from fluvial import KeyValue, StreamsBuilder, StreamsConfig, TimeWindows, serdes
-from fluvial.runtime import Application
+from fluvial import serdes
+from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.runtime.reset import reset_application
 from tests.event_times import event_time_base_ms
-from tests.runtime.harness import read_topic, wait_until
+from tests.runtime.apps import catch_up as app
+from tests.runtime.harness import SparkRunner, flush, read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
+APP = Path(app.__file__)
 PARTITIONS = 3
-WINDOW_MS, GRACE_MS = 10_000, 2_000
-WINDOW_KEY = serdes.time_windowed(serdes.string(), WINDOW_MS)
 CATEGORIES = ["news", "sports", "tech", "travel"]
+WINDOW_KEY = serdes.time_windowed(serdes.string(), app.WINDOW_MS)
+SESSION_KEY = serdes.session_windowed(serdes.string())
+LONG = serdes.long()
+
+Row = tuple[int, str, int, dict]  # partition, key, timestamp, value
 
 
-def generate(seed: int, per_partition: int, base_ms: int) -> list[tuple[int, str, int, str]]:
-    """(partition, key, timestamp, category): each partition spans the same event time, with
-    its own disorder under 1 s (within the 2 s grace)."""
+def generate(seed: int, per_partition: int, base_ms: int) -> list[Row]:
+    """Each partition spans the same event time, with its own disorder under 1 s (grace 2 s)."""
     rng = random.Random(seed)
-    records = []
+    rows: list[Row] = []
     for partition in range(PARTITIONS):
         clock = base_ms
         for i in range(per_partition):
             clock += rng.randint(20, 80)
             ts = clock - rng.randint(0, 900) if rng.random() < 0.2 else clock
-            records.append((partition, f"user-{partition}-{i}", ts, rng.choice(CATEGORIES)))
-    return records
+            value = {"id": f"{partition}-{i}", "category": rng.choice(CATEGORIES),
+                     "session": f"s{rng.randrange(40)}", "bucket": f"b{rng.randrange(30)}"}  # fmt: skip
+            rows.append((partition, f"user-{partition}-{i}", ts, value))
+    return rows
 
 
-def oracle(records: list[tuple[int, str, int, str]]) -> dict[tuple[str, int], int]:
-    return dict(Counter((c, ts - ts % WINDOW_MS) for _p, _k, ts, c in records))
+def oracle(rows: list[Row]) -> dict[str, Counter]:
+    """What every record counted once gives, in the shapes final_results() reads back."""
+    windows = Counter((v["category"], ts - ts % app.WINDOW_MS) for _p, _k, ts, v in rows)
+    sessions: Counter = Counter()
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for _p, _k, ts, v in rows:
+        by_key[v["session"]].append(ts)
+    for key, times in by_key.items():
+        times.sort()
+        start = prev = times[0]
+        n = 0
+        for t in times:
+            if t - prev > app.SESSION_GAP_MS:
+                sessions[(key, start, prev)] = n
+                start, n = t, 0
+            prev, n = t, n + 1
+        sessions[(key, start, prev)] = n
+    left = [(ts, v) for _p, _k, ts, v in rows if v["category"] in ("news", "sports")]
+    right = [(ts, v) for _p, _k, ts, v in rows if v["category"] not in ("news", "sports")]
+    joined = Counter(
+        (a["bucket"], f"{a['id']}|{b['id']}")
+        for ta, a in left
+        for tb, b in right
+        if a["bucket"] == b["bucket"] and abs(ta - tb) <= app.JOIN_DIFF_MS
+    )
+    return {"windows": windows, "sessions": sessions, "joined": joined}
 
 
-def produce(bootstrap: str, topic: str, records, pace_s: float = 0.0) -> None:  # noqa: ANN001
+def final_results(bootstrap: str, out: str) -> dict[str, Counter]:
+    windows: dict = {}
+    sessions: dict = {}
+    joined: Counter = Counter()
+    for partition in range(PARTITIONS):
+        for m in read_topic(bootstrap, f"{out}-windows", partition=partition):
+            w = WINDOW_KEY.deserialize(None, m.key())
+            windows[(w.key, w.window.start_ms)] = LONG.deserialize(None, m.value())
+        for m in read_topic(bootstrap, f"{out}-sessions", partition=partition):
+            s = SESSION_KEY.deserialize(None, m.key())
+            key = (s.key, s.window.start_ms, s.window.end_ms)
+            if m.value() is None:
+                sessions.pop(key, None)  # merged into a larger session
+            else:
+                sessions[key] = LONG.deserialize(None, m.value())
+        for m in read_topic(bootstrap, f"{out}-joined", partition=partition):
+            joined[(m.key().decode(), m.value().decode())] += 1
+    return {"windows": Counter(windows), "sessions": Counter(sessions), "joined": joined}
+
+
+def produce(bootstrap: str, topic: str, rows: list[Row], pace_s: float = 0.0) -> None:
     """Each partition in its own order; paced, the partitions advance together."""
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-    by_partition = [[r for r in records if r[0] == p] for p in range(PARTITIONS)]
+    by_partition = [[r for r in rows if r[0] == p] for p in range(PARTITIONS)]
     for row in zip(*by_partition, strict=True):
-        for partition, key, ts, category in row:
-            producer.produce(topic, key=key.encode(), partition=partition, timestamp=ts,
-                             value=json.dumps({"category": category}).encode())  # fmt: skip
+        for partition, key, ts, value in row:
+            producer.produce(topic, key=key.encode(), value=json.dumps(value).encode(),
+                             partition=partition, timestamp=ts)  # fmt: skip
         if pace_s:
             producer.poll(0)
             time.sleep(pace_s)
-    assert producer.flush(30) == 0
+    flush(producer)
 
 
-def final_counts(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
-    final = {}
-    for partition in range(PARTITIONS):
-        for m in read_topic(bootstrap, topic, partition=partition):
-            windowed = WINDOW_KEY.deserialize(topic, m.key())
-            final[(windowed.key, windowed.window.start_ms)] = serdes.long().deserialize(
-                topic, m.value()
-            )
-    return final
+def complete(found: dict[str, Counter], expected: dict[str, Counter]) -> bool:
+    """Every record is in: the counts add up and every expected pair is there."""
+    return (
+        sum(found["windows"].values()) >= sum(expected["windows"].values())
+        and sum(found["sessions"].values()) >= sum(expected["sessions"].values())
+        and sum(found["joined"].values()) >= sum(expected["joined"].values())
+    )
 
 
-def topology(source: str, sink: str):  # noqa: ANN201
-    b = StreamsBuilder()
-    (b.stream(source, key_serde=serdes.string(), value_serde=serdes.json())
-      .map(lambda k, v: KeyValue(v["category"], v))
-      .group_by_key()
-      .windowed_by(TimeWindows.of_size_and_grace(size_ms=WINDOW_MS, grace_ms=GRACE_MS))
-      .count()
-      .to_stream()
-      .to(sink, key_serde=WINDOW_KEY, value_serde=serdes.long()))  # fmt: skip
-    return b.build()
-
-
-def run_until_complete(
-    topo,
-    config: StreamsConfig,
-    bootstrap: str,
-    out: str,
-    expected,  # noqa: ANN001
-    feed=None,
-) -> dict:  # noqa: ANN001
-    with Application(topo, config) as app:
-        if feed is not None:
-            feed()
-        # Everything is read once the last record's count shows; then the counts are final.
-        total = sum(expected.values())
-        wait_until(lambda: sum(final_counts(bootstrap, out).values()) >= total or app.errors,
-                   240, "every window's count")  # fmt: skip
-        dropped = sum(w.metrics.dropped_records for w in app.workers)
-    app.raise_if_failed()
-    return {"counts": final_counts(bootstrap, out), "dropped": dropped}
-
-
-@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
-def test_live_backlog_and_replay_give_the_same_windows(
-    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, guarantee: str
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_live_backlog_and_replay_give_the_same_results(
+    engine: str, bootstrap_servers: str, unique_name, tmp_path: Path
 ) -> None:
-    records = generate(seed=24, per_partition=700, base_ms=event_time_base_ms())
-    expected = oracle(records)
+    rows = generate(seed=24, per_partition=500, base_ms=event_time_base_ms())
+    expected = oracle(rows)
+    span_s = (max(r[2] for r in rows) - min(r[2] for r in rows)) / 1000
 
-    def config(app_id: str) -> StreamsConfig:
-        return StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
-                             processing_guarantee=guarantee, commit_interval_ms=100,
-                             cache_max_bytes=0, state_dir=str(tmp_path / app_id))  # fmt: skip
+    def topics(label: str) -> tuple[str, str]:
+        source, out = unique_name(f"{label}-in"), unique_name(f"{label}-out")
+        names = [source] + [f"{out}-{kind}" for kind in ("windows", "sessions", "joined")]
+        create_topics(bootstrap_servers, [TopicSpec(n, PARTITIONS) for n in names])
+        return source, out
 
-    # Live: the app runs first, the input arrives at about 15x real time.
-    live_in, live_out = topic_factory("live-in", PARTITIONS), topic_factory("live-out", PARTITIONS)
-    live = run_until_complete(
-        topology(live_in, live_out), config(unique_name("live")), bootstrap_servers, live_out,
-        expected, feed=lambda: produce(bootstrap_servers, live_in, records, pace_s=0.004),
-    )  # fmt: skip
-    assert live == {"counts": expected, "dropped": 0}
+    def run(app_id: str, source: str, out: str, feed=None) -> dict[str, Counter]:  # noqa: ANN001
+        runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
+                             engine=engine, app=APP, lease_ms=5000, commit_ms=100)  # fmt: skip
+        runner.start()
+        try:
+            runner.wait_ready(240)
+            if feed is not None:
+                feed()
+            wait_until(
+                lambda: complete(final_results(bootstrap_servers, out), expected)
+                or runner.proc.poll() is not None,
+                300, f"every result ({engine}, {app_id})",
+            )  # fmt: skip
+        finally:
+            code = runner.stop()
+        assert code == 0, runner.output()[-3000:]
+        return final_results(bootstrap_servers, out)
+
+    # Live: the application runs first, the input arrives at about 15x real time.
+    source, out = topics("live")
+    pace = span_s / 15 / (len(rows) // PARTITIONS)
+    live = run(unique_name("live"), source, out,
+               feed=lambda: produce(bootstrap_servers, source, rows, pace_s=pace))  # fmt: skip
+    assert live == expected
 
     # A backlog: all input is there before the application starts.
-    backlog_in = topic_factory("backlog-in", PARTITIONS)
-    first_out = topic_factory("backlog-out", PARTITIONS)
-    produce(bootstrap_servers, backlog_in, records)
+    source, out = topics("backlog")
+    produce(bootstrap_servers, source, rows)
     app_id = unique_name("backlog")
-    backlog = run_until_complete(topology(backlog_in, first_out), config(app_id),
-                                 bootstrap_servers, first_out, expected)  # fmt: skip
-    assert backlog == {"counts": expected, "dropped": 0}
+    assert run(app_id, source, out) == expected
 
-    # The same application reset and replayed (into a new output topic, to read it alone).
+    # The same application reset and replayed, into new output topics to read them alone.
     reset_application(app_id, bootstrap_servers, tmp_path / app_id)
-    replay_out = topic_factory("replay-out", PARTITIONS)
-    replay = run_until_complete(topology(backlog_in, replay_out), config(app_id),
-                                bootstrap_servers, replay_out, expected)  # fmt: skip
-    assert replay == {"counts": expected, "dropped": 0}
+    _, replay_out = topics("replay")
+    assert run(app_id, source, replay_out) == expected

@@ -18,7 +18,7 @@ from fluvial import StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import CoPartitioningError
 from fluvial.runtime import Application
 from tests.event_times import event_time_base_ms
-from tests.runtime.harness import read_topic, wait_until
+from tests.runtime.harness import flush, read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def produce_users(bootstrap: str, topic: str, partitioner: str, base_ms: int) ->
     for i in range(USERS):
         producer.produce(topic, key=f"u{i:03d}".encode(), value=country(i).encode(),
                          timestamp=base_ms + i)  # fmt: skip
-    assert producer.flush(30) == 0
+    flush(producer)
 
 
 def produce_orders(bootstrap: str, topic: str, ids: range, base_ms: int, pace_s: float) -> None:
@@ -48,7 +48,7 @@ def produce_orders(bootstrap: str, topic: str, ids: range, base_ms: int, pace_s:
         if pace_s:
             producer.poll(0)
             time.sleep(pace_s)
-    assert producer.flush(30) == 0
+    flush(producer)
 
 
 def joined(bootstrap: str, topic: str) -> dict[str, list[str]]:

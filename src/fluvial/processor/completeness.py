@@ -19,8 +19,9 @@ Streams has this hazard; fluvial removes it (``catch_up_completeness=True``, the
 
 Records of one writer keep their order; only the interleaving of writers changes. Offsets then
 no longer say what was processed, so a commit records, beside the lowest offset still waiting,
-each writer's last processed offset above it (:meth:`WriterMergeQueue.processed_above`), and a
-restart skips those records (``skip``). Memory is bounded: past :data:`MAX_HELD_RECORDS` held
+what the queue knows of each writer and its last record taken
+(:meth:`WriterMergeQueue.commit_state`), and a restart skips those records. A writer sends
+progress only when it changed, so an idle application writes nothing. Memory is bounded: past :data:`MAX_HELD_RECORDS` held
 records in one partition the queue releases its oldest head anyway and counts it as an overflow.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from fluvial.processor.collector import ConsumedRecord
 
@@ -50,30 +52,51 @@ def decode_progress(data: bytes) -> tuple[int, bool]:
     return stream_time, bool(caught_up)
 
 
+class _Progress(NamedTuple):
+    """A writer's progress record, kept in its writer's order until it reaches the head."""
+
+    stream_time: int
+    idle: bool
+    offset: int
+
+
+class WriterState(NamedTuple):
+    """What a downstream task knows of one writer, as committed (see :meth:`commit_state`)."""
+
+    high: int  # how far in event time it has written or reported
+    idle: bool  # its last progress said it has read all of its input
+    done: int  # its last record processed (-1: none), skipped after a restart
+
+
 class WriterMergeQueue:
     """The records of one repartition partition, merged across the upstream tasks that wrote them.
 
     Behaves like the ``deque`` a task keeps per input partition: ``bool(queue)`` says whether a
     record may go now, ``queue[0]`` is that record and ``popleft()`` takes it; ``len(queue)``
     counts every record held.
+
+    A writer's progress records take effect in that writer's order, once its earlier records
+    have gone: so what the queue knows of a writer always describes exactly the entries of it
+    that were taken, and can be committed and restored (:meth:`commit_state`).
     """
 
     def __init__(
         self,
         expected_writers: Iterable[str],
         *,
-        skip: dict[str, int] | None = None,
+        restored: dict[str, WriterState] | None = None,
         max_held: int = MAX_HELD_RECORDS,
     ) -> None:
         """``expected_writers``: ids of every upstream task that writes this partition, so a
-        writer that has not written yet holds records back too. ``skip``: writer -> the last
-        offset of its records processed before a restart (see :meth:`processed_above`)."""
-        self._queues: dict[str, deque[ConsumedRecord]] = {w: deque() for w in expected_writers}
-        # Per writer: how far in event time it has written, and whether it said it is idle.
-        self._high: dict[str, int] = dict.fromkeys(self._queues, NO_TIME)
-        self._idle: dict[str, bool] = dict.fromkeys(self._queues, False)
-        self._done: dict[str, int] = dict(skip or {})
-        self._skip = dict(skip or {})
+        writer that has not written yet holds records back too. ``restored``: what the last
+        commit knew of each writer; records it had processed are skipped when read again."""
+        restored = restored or {}
+        writers = list(expected_writers) + [w for w in restored if w not in expected_writers]
+        self._queues: dict[str, deque[ConsumedRecord | _Progress]] = {w: deque() for w in writers}
+        self._high = {w: restored[w].high if w in restored else NO_TIME for w in writers}
+        self._idle = {w: restored[w].idle if w in restored else False for w in writers}
+        self._done = {w: restored[w].done if w in restored else -1 for w in writers}
+        self._skip = {w: state.done for w, state in restored.items()}
         self._end_offset: int | None = None  # just past the last record added
         self._size = 0
         self._max_held = max_held
@@ -83,6 +106,7 @@ class WriterMergeQueue:
 
     # -- filling ------------------------------------------------------------------------------
     def extend(self, records: Iterable[ConsumedRecord]) -> None:
+        touched = set()
         for record in records:
             self._end_offset = record.offset + 1
             writer, progress, headers = _split_headers(record.headers)
@@ -91,23 +115,37 @@ class WriterMergeQueue:
                 queue = self._queues[writer] = deque()
                 self._high[writer] = NO_TIME
                 self._idle[writer] = False
+                self._done[writer] = -1
+            if record.offset <= self._skip.get(writer, -1):
+                continue  # taken before a restart, and committed with its effects
             if progress is not None:
                 stream_time, idle = decode_progress(progress)
-                if stream_time > self._high[writer]:
-                    self._high[writer] = stream_time
-                self._idle[writer] = idle
-                continue
-            skip = self._skip.get(writer)
-            if skip is not None and record.offset <= skip:
-                continue  # processed before a restart, and committed with its effects
-            if headers is not record.headers:
-                record = record._replace(headers=headers)
-            queue.append(record)
-            self._size += 1
-            if record.timestamp_ms > self._high[writer]:
-                self._high[writer] = record.timestamp_ms
-            self._idle[writer] = False  # it writes again: it holds time back until it says so
+                queue.append(_Progress(stream_time, idle, record.offset))
+            else:
+                if headers is not record.headers:
+                    record = record._replace(headers=headers)
+                queue.append(record)
+                self._size += 1
+            touched.add(writer)
+        for writer in touched:
+            self._take_progress(writer)
         self._checked = False
+
+    def _take_progress(self, writer: str) -> None:
+        """Apply the progress records at the head of ``writer``'s queue."""
+        queue = self._queues[writer]
+        while queue and type(queue[0]) is _Progress:
+            progress = queue.popleft()
+            assert isinstance(progress, _Progress)
+            if progress.stream_time > self._high[writer]:
+                self._high[writer] = progress.stream_time
+            self._idle[writer] = progress.idle
+            self._done[writer] = progress.offset
+        if queue:
+            head = queue[0]
+            if head.timestamp_ms > self._high[writer]:
+                self._high[writer] = head.timestamp_ms
+            self._idle[writer] = False  # it wrote again: it holds time back until it says so
 
     # -- the deque protocol a task uses ---------------------------------------------------------
     def __len__(self) -> int:
@@ -122,28 +160,56 @@ class WriterMergeQueue:
         writer = self._head_writer()
         if writer is None:
             raise IndexError("no record may go yet")
-        return self._queues[writer][0]
+        return self._queues[writer][0]  # type: ignore[return-value]
 
     def popleft(self) -> ConsumedRecord:
         writer = self._head_writer()
         if writer is None:
             raise IndexError("no record may go yet")
         record = self._queues[writer].popleft()
+        assert isinstance(record, ConsumedRecord)
         self._size -= 1
         self._done[writer] = record.offset
+        self._take_progress(writer)
         self._checked = False
         return record
 
-    # -- offsets --------------------------------------------------------------------------------
+    def bound(self) -> int | None:
+        """The lowest timestamp this queue may still release: its writers' heads, and how far
+        the writers with nothing waiting (and not idle) have got. ``None``: nothing to wait for.
+
+        A task reading this partition beside others must not process a record of another
+        partition above this bound, or it would run ahead of a slower writer here.
+        """
+        low = None
+        for writer, queue in self._queues.items():
+            if queue:
+                t = queue[0].timestamp_ms
+            elif not self._idle[writer]:
+                t = self._high[writer]
+            else:
+                continue
+            if low is None or t < low:
+                low = t
+        return low
+
+    # -- offsets and commits --------------------------------------------------------------------
     def next_offset(self) -> int | None:
         """The offset to commit: the lowest one still held, or past everything read."""
         heads = [q[0].offset for q in self._queues.values() if q]
         return min(heads) if heads else self._end_offset
 
-    def processed_above(self, offset: int) -> dict[str, int]:
-        """Writer -> last processed offset, for writers with processed records at or past
-        ``offset`` (the committed one): what a restart from ``offset`` must skip."""
-        return {w: done for w, done in self._done.items() if done >= offset}
+    def commit_state(self) -> dict[str, WriterState]:
+        """What to commit with :meth:`next_offset`: each writer's state and last taken offset.
+
+        Records are taken out of offset order across writers, so a restart from the committed
+        offset skips each writer's records up to its ``done`` offset.
+        """
+        return {
+            w: WriterState(self._high[w], self._idle[w], self._done[w])
+            for w in self._queues
+            if self._high[w] != NO_TIME or self._done[w] >= 0
+        }
 
     # -- the merge ------------------------------------------------------------------------------
     def _head_writer(self) -> str | None:

@@ -21,7 +21,7 @@ from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
-from fluvial.processor.completeness import WriterMergeQueue
+from fluvial.processor.completeness import WriterMergeQueue, WriterState
 from fluvial.processor.context import LiveNode, NodeContext
 from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
@@ -273,33 +273,26 @@ class StreamTask:
                 self._consumed[(topic, partition)] = offset
 
     def merge_by_writer(
-        self, tp: TopicPartition, writers: list[str], skip: dict[str, int] | None = None
+        self, tp: TopicPartition, writers: list[str], restored: dict[str, WriterState] | None = None
     ) -> None:
         """Read the repartition partition ``tp`` merged across its ``writers`` (upstream task
-        ids); ``skip``: what a previous run processed past its committed offset."""
+        ids); ``restored``: what the last commit knew of each writer."""
         if self._queues.get(tp):
             raise StreamsError(f"merge_by_writer({tp}) after records were added")
-        queue = WriterMergeQueue(writers, skip=skip)
+        queue = WriterMergeQueue(writers, restored=restored)
         self._queues[tp] = queue  # type: ignore[assignment]
         self._merged[tp] = queue
 
-    def processed_past_commit(self) -> dict[TopicPartition, dict[str, int]]:
-        """Per merged partition, each writer's records processed past the offset to commit."""
-        out: dict[TopicPartition, dict[str, int]] = {}
-        for tp, queue in self._merged.items():
-            offset = self._consumed.get(tp)
-            if offset is not None:
-                above = queue.processed_above(offset)
-                if above:
-                    out[tp] = above
-        return out
+    def writer_states(self) -> dict[TopicPartition, dict[str, WriterState]]:
+        """Per merged partition, what to commit of its writers beside its offset."""
+        return {tp: queue.commit_state() for tp, queue in self._merged.items()}
 
     def buffered_records(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
     def has_ready_records(self) -> bool:
         """Whether some record may be processed now (merged partitions may hold records back)."""
-        return any(self._queues.values())
+        return self._choose_partition() is not None
 
     def backpressure_depth(self) -> int:
         """Records that count towards pausing the task's partitions. Records a merged partition
@@ -438,7 +431,17 @@ class StreamTask:
                 return None
         else:
             self._idle_since = None
-        return min(ready, key=lambda tp: self._queues[tp][0].timestamp_ms)
+        chosen = min(ready, key=lambda tp: self._queues[tp][0].timestamp_ms)
+        if self._merged:
+            # A merged partition holding records for a slower writer may still release older
+            # records than the chosen one: wait for it (fluvial.processor.completeness).
+            head = self._queues[chosen][0].timestamp_ms
+            for tp, merged in self._merged.items():
+                if tp != chosen and not merged:
+                    bound = merged.bound()
+                    if bound is not None and bound < head:
+                        return None
+        return chosen
 
     def _negative_timestamp(self, topic: str, partition: int, raw: ConsumedRecord) -> None:
         log.warning("dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset)

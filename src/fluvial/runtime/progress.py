@@ -7,9 +7,9 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
   waits for writers that have not written yet;
 - sets its downstream tasks' repartition partitions to be read merged by writer;
 - sends each of its upstream tasks' progress (stream time, and whether it has read all of its
-  input) to every partition of the repartition topics the task writes: at most every
-  :data:`PROGRESS_INTERVAL_MS` when it changed, and every :data:`HEARTBEAT_MS` regardless, so a
-  downstream task that restarts learns within that time that an idle writer holds nothing back.
+  input) to every partition of the repartition topics the task writes, when it changed, at most
+  every :data:`PROGRESS_INTERVAL_MS`. An idle application writes nothing: a downstream task
+  that restarts finds what it knew of each writer in its commit.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from fluvial.processor.completeness import (
     PROGRESS_HEADER,
     PROGRESS_INTERVAL_MS,
     WRITER_HEADER,
+    WriterState,
     encode_progress,
 )
 from fluvial.processor.task import StreamTask
 from fluvial.topology.topology import Topology
 
-HEARTBEAT_MS = 1000
 METADATA_TIMEOUT_S = 30.0
 
 
@@ -63,16 +63,17 @@ class RepartitionProgress:
         self._written = {sub.id: sorted(sub.repartition_topics_written()) for sub in subs}
         self._at_end: set[tuple[str, int]] = set()
         self._sent: dict[TaskId, tuple[int, bool]] = {}
-        self._last_sent_ms: dict[TaskId, float] = {}
         self._last_round = 0.0
 
-    def merge_inputs(self, task: StreamTask, skip: dict[tuple[str, int], dict[str, int]]) -> None:
+    def merge_inputs(
+        self, task: StreamTask, restored: dict[tuple[str, int], dict[str, WriterState]]
+    ) -> None:
         """Read the task's repartition partitions merged across their writers."""
         for topic in task.subtopology.source_topics:
             writers = self.writers.get(topic)
             if writers is not None:
                 tp = (topic, task.task_id.partition)
-                task.merge_by_writer(tp, writers, skip.get(tp))
+                task.merge_by_writer(tp, writers, restored.get(tp))
 
     # -- what the consumer says -----------------------------------------------------------------
     def reached_end(self, tp: tuple[str, int]) -> None:
@@ -97,8 +98,7 @@ class RepartitionProgress:
                 (t, task.task_id.partition) in self._at_end for t in task.subtopology.source_topics
             )
             state = (task.stream_time, caught_up)
-            due = now - self._last_sent_ms.get(task.task_id, -HEARTBEAT_MS) >= HEARTBEAT_MS
-            if state == self._sent.get(task.task_id) and not due:
+            if state == self._sent.get(task.task_id):
                 continue
             payload = encode_progress(*state)
             headers = [
@@ -110,6 +110,5 @@ class RepartitionProgress:
                     collector.send(topic, None, None, max(task.stream_time, 0), list(headers),
                                    partition)  # fmt: skip
             self._sent[task.task_id] = state
-            self._last_sent_ms[task.task_id] = now
             sent = True
         return sent

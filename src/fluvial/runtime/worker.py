@@ -28,6 +28,7 @@ from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
 from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
+from fluvial.processor.completeness import WriterState
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
@@ -271,7 +272,7 @@ class Worker:
                 tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
                 metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
                 if progress is not None:
-                    progress.merge_inputs(task, metadata.processed)
+                    progress.merge_inputs(task, metadata.writers)
                 # Restore up to the changelog offsets committed with the input offsets: under
                 # at-least-once the changelog may run further, with writes of records that
                 # will be processed again.
@@ -737,8 +738,8 @@ class Worker:
             for tp in task.changelog_partitions().values()
             if tp in self._horizons
         }
-        processed = task.processed_past_commit()
-        return CommitMetadata(task.stream_time, ends, needed, processed=processed).encode()
+        writers = task.writer_states()
+        return CommitMetadata(task.stream_time, ends, needed, writers=writers).encode()
 
     # -- metrics ----------------------------------------------------------------------------
 
@@ -848,9 +849,9 @@ class CommitMetadata:
     changelog_ends: dict[tuple[str, int], int] = field(default_factory=dict)
     needed: dict[tuple[str, int], Needed] = field(default_factory=dict)
     known: bool = False
-    # Merged repartition partitions: per writer, its last record processed past the committed
-    # offset (records of several writers are processed out of offset order), to skip on restart.
-    processed: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    # Merged repartition partitions (fluvial.processor.completeness): what the task knew of each
+    # writer, and its last record taken, skipped on restart (taken out of offset order).
+    writers: dict[tuple[str, int], dict[str, WriterState]] = field(default_factory=dict)
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -866,11 +867,11 @@ class CommitMetadata:
             for (t, p), n in sorted(self.needed.items())
         ]
         payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
-        if self.processed:
-            payload["pp"] = [
-                [t, p, writer, off]
-                for (t, p), writers in sorted(self.processed.items())
-                for writer, off in sorted(writers.items())
+        if self.writers:
+            payload["wr"] = [
+                [t, p, writer, s.high, int(s.idle), s.done]
+                for (t, p), states in sorted(self.writers.items())
+                for writer, s in sorted(states.items())
             ]
         text = json.dumps(payload, separators=(",", ":"))
         if len(text) <= self.COMPRESS_ABOVE:
@@ -894,10 +895,11 @@ class CommitMetadata:
                 (t, int(p)): Needed(int(nf), int(ns), int(nw))
                 for t, p, nf, ns, nw in data.get("nd", [])
             }
-            processed: dict[tuple[str, int], dict[str, int]] = {}
-            for t, p, writer, off in data.get("pp", []):
-                processed.setdefault((t, int(p)), {})[str(writer)] = int(off)
-            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, processed)
+            writers: dict[tuple[str, int], dict[str, WriterState]] = {}
+            for t, p, writer, high, idle, done in data.get("wr", []):
+                state = WriterState(int(high), bool(idle), int(done))
+                writers.setdefault((t, int(p)), {})[str(writer)] = state
+            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers)
         except (ValueError, TypeError, zlib.error):
             return cls()
 
