@@ -288,6 +288,16 @@ def run(
             "off for local). --no-pack when the workers have fluvial installed",
         ),
     ] = None,
+    spark_conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--spark-conf",
+            metavar="KEY=VALUE",
+            help="A Spark setting for --engine spark, as spark-submit --conf; repeatable "
+            "(e.g. --spark-conf spark.executor.memory=2g --spark-conf spark.ui.port=4040). "
+            "FLUVIAL_SPARK_CONF=k=v,k2=v2 is read too; these win",
+        ),
+    ] = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -318,6 +328,13 @@ def run(
                 "--reader-process is for the local engine: on Spark, each executor's Python "
                 "worker answers for its own slots"
             )
+        if spark_conf and engine != "spark":
+            raise FluvialError("--spark-conf is for --engine spark")
+        extra_spark_conf = None
+        if engine == "spark":
+            from fluvial.spark.engine import parse_spark_conf
+
+            extra_spark_conf = parse_spark_conf(spark_conf or [])
         egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application
@@ -325,7 +342,7 @@ def run(
             code = run_spark_application(
                 app_file, config, master=master, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
-                stop_timeout_s=stop_timeout_s, pack=pack,
+                stop_timeout_s=stop_timeout_s, pack=pack, spark_conf=extra_spark_conf,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(

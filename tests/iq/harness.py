@@ -24,6 +24,7 @@ from tests.runtime.harness import GRACE_MS, WINDOW_MS, PageView, wait_until
 
 APP = Path(__file__).parent / "apps" / "figure2_served.py"
 STORE = "pageview-counts"
+MEMORY_STORE = "views-in-memory"
 CATEGORIES = [f"cat-{i:02d}" for i in range(12)]
 
 

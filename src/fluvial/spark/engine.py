@@ -88,11 +88,20 @@ def with_task_retries(master: str) -> str:
 def spark_conf_from_env() -> dict[str, str]:
     """Extra Spark settings from ``FLUVIAL_SPARK_CONF="k=v,k2=v2"``."""
     raw = os.environ.get(SPARK_CONF_ENV, "")
+    items = [part.strip() for part in raw.split(",") if part.strip()]
+    return parse_spark_conf(items, where=SPARK_CONF_ENV)
+
+
+def parse_spark_conf(items: list[str], *, where: str = "--spark-conf") -> dict[str, str]:
+    """``KEY=VALUE`` settings (``fluvial run --spark-conf``, as ``spark-submit --conf``)."""
     conf = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
+    for item in items:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"{SPARK_CONF_ENV} entry {item!r} is not key=value")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"{where} entry {item!r} is not KEY=VALUE: write e.g. "
+                "--spark-conf spark.executor.memory=2g"
+            )
         conf[key.strip()] = value.strip()
     return conf
 
@@ -173,6 +182,13 @@ class SparkApplication:
         assert self._spark is not None, "start() first"
         return self._spark.sparkContext
 
+    @property
+    def ui_url(self) -> str | None:
+        """The Spark UI's address, when it is on."""
+        if self._spark is None:
+            return None
+        return self.sc.uiWebUrl
+
     def start(self) -> None:
         """Check the settings, create internal topics, plan tasks, then run leases."""
         check_no_speculation(self.spark_conf)  # before paying for a JVM
@@ -189,7 +205,10 @@ class SparkApplication:
 
             conf = {
                 "spark.task.maxFailures": str(LOCAL_TASK_ATTEMPTS),
-                "spark.ui.enabled": self.spark_conf.get("spark.ui.enabled", "false"),
+                # Spark's UI is on, on a port free at the time (0: the OS picks one), and
+                # its link is printed when the application starts (``ui_url``).
+                "spark.ui.enabled": "true",
+                "spark.ui.port": "0",
                 **self.spark_conf,
             }
             if self.python_env is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import heapq
+import itertools
 import os
 import threading
 import time
@@ -53,6 +54,7 @@ from fluvial.runtime.queries import (
 )
 from fluvial.runtime.server import TOKEN_ENV, HttpServer, QueryMetrics, make_app
 from fluvial.runtime.serving import (
+    DEFAULT_LIMIT,
     LocalQueryService,
     StandbyQueries,
     WorkerStandbys,
@@ -148,6 +150,14 @@ def slot_endpoint(
 
 
 # -- the driver side --------------------------------------------------------------------------
+
+
+def _limit(params: dict[str, str]) -> int:
+    """The ``limit`` of a scan. The slots validated it already: they answered."""
+    try:
+        return int(params.get("limit") or DEFAULT_LIMIT) or DEFAULT_LIMIT
+    except ValueError:
+        return DEFAULT_LIMIT
 
 
 def _flag(params: dict[str, str], name: str) -> bool:
@@ -302,11 +312,13 @@ class RoutingQueryService:
                 path = f"/stores/{quote(store, safe='')}/{op}"
                 parts.append(self._route(slot, mine, path, forwarded, allow_stale))
         answers = [answer for found in await asyncio.gather(*parts) for answer in found]
-        return self._merge(info, op, answers, raw=_flag(params, "raw"))
+        return self._merge(info, op, answers, raw=_flag(params, "raw"), limit=_limit(params))
 
     def _merge(
-        self, info: StoreInfo, op: str, answers: list[dict[str, Any]], *, raw: bool
+        self, info: StoreInfo, op: str, answers: list[dict[str, Any]], *, raw: bool, limit: int
     ) -> dict[str, Any]:
+        """One answer from the slots' answers: merged in key (or window) order, then cut back
+        to ``limit``, since each slot applied the limit to its own tasks only."""
         decoder = Decoder(info)
 
         def key_bytes(value: Any) -> bytes:
@@ -328,18 +340,21 @@ class RoutingQueryService:
                 "offset_lag": None if None in known else sum(known),
                 "partitions": partitions,
             }
-        body["truncated"] = any(a.get("truncated") for a in answers)
+        truncated = any(a.get("truncated") for a in answers)
         if op == "count":
             body["approximate_num_entries"] = sum(a["approximate_num_entries"] for a in answers)
-        elif op == "windows":
-            body["windows"] = list(heapq.merge(
-                *(a["windows"] for a in answers),
-                key=lambda w: (w["start"], key_bytes(w["key"])),
-            ))  # fmt: skip
         else:
-            body["entries"] = list(heapq.merge(
-                *(a["entries"] for a in answers), key=lambda e: key_bytes(e["key"])
-            ))  # fmt: skip
+            field = "windows" if op == "windows" else "entries"
+            if op == "windows":
+                merged = heapq.merge(*(a["windows"] for a in answers),
+                                     key=lambda w: (w["start"], key_bytes(w["key"])))  # fmt: skip
+            else:
+                merged = heapq.merge(*(a["entries"] for a in answers),
+                                     key=lambda e: key_bytes(e["key"]))  # fmt: skip
+            rows = list(itertools.islice(merged, limit + 1))
+            truncated = truncated or len(rows) > limit
+            body[field] = rows[:limit]
+        body["truncated"] = truncated
         return body
 
     async def _route(

@@ -37,6 +37,7 @@ def run_spark_application(
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
     serve: str | None = None,
     pack: bool | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed).
 
@@ -57,7 +58,8 @@ def run_spark_application(
             highlight=False,
             soft_wrap=True,
         )
-    app = SparkApplication(app_path, config, master=master, slots=workers, python_env=python_env)
+    app = SparkApplication(app_path, config, master=master, slots=workers, python_env=python_env,
+                           spark_conf=spark_conf)  # fmt: skip
     started = time.monotonic()
     console.print(
         f"fluvial: running {config.application_id} on {config.bootstrap_servers} "
@@ -89,9 +91,10 @@ def run_spark_application(
     # The SparkContext installs its own SIGINT handler (cancel all jobs, raise): ours wins,
     # so that Ctrl-C lets the lease commit.
     stopper.install()
+    ui = f", UI {app.ui_url}" if app.ui_url else ""
     console.print(
         f"fluvial: {len(app.task_ids)} task(s) on {len(app.layout)} slot(s) "
-        f"(Spark {app.sc.master}, job group {app.job_group}); Ctrl-C commits and stops",
+        f"(Spark {app.sc.master}{ui}, job group {app.job_group}); Ctrl-C commits and stops",
         highlight=False,
         soft_wrap=True,
     )
