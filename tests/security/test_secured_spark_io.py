@@ -154,7 +154,8 @@ def test_kafka_sink_and_readers_as_a_least_privileged_principal(
     expected_windows = last_values(cluster, windowed, window_of)
     assert len(expected_windows) == 12
     windows = read_windowed(spark, windowed, bootstrap_servers=bootstrap,
-                            window_size_ms=WINDOW_MS, client_config=settings)  # fmt: skip
+                            window_size_ms=WINDOW_MS, client_config=settings,
+                            epoch_millis=True)  # fmt: skip
     got_windows = {(r.key, r.window_start, r.window_end): r.value for r in windows.collect()}
     assert got_windows == expected_windows
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from pyspark.sql import functions as F
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import read_all
 
@@ -104,6 +105,13 @@ def test_read_table_of_a_fluvial_changelog_equals_the_final_counts(
                        value_serde="long", with_metadata=True)  # fmt: skip
     assert {r.key: r.value for r in frame.collect()} == oracle
     assert frame.columns == ["key", "value", "timestamp", "partition", "offset"]
+    assert dict(frame.dtypes)["timestamp"] == "timestamp"
+    # The same record times as epoch milliseconds, on request.
+    millis = read_table(spark, changelog, bootstrap_servers=bootstrap_servers,
+                        value_serde="long", with_metadata=True, epoch_millis=True)  # fmt: skip
+    assert dict(millis.dtypes)["timestamp"] == "bigint"
+    as_millis = frame.select("key", F.unix_millis("timestamp").alias("ms")).collect()
+    assert {r.key: r.timestamp for r in millis.collect()} == {r.key: r.ms for r in as_millis}
 
 
 def test_read_table_parses_json_values_into_columns(
@@ -160,21 +168,31 @@ def test_read_windowed_decodes_time_and_session_windows_and_store_changelogs(
 
         return decode
 
+    def in_millis(frame):  # noqa: ANN001, ANN202
+        return frame.select("key", F.unix_millis("window_start").alias("window_start"),
+                            F.unix_millis("window_end").alias("window_end"), "value")  # fmt: skip
+
     expected_timed = last_values(bootstrap_servers, timed, as_tuple(time_key), decode_value)
     frame = read_windowed(spark, timed, bootstrap_servers=bootstrap_servers, window_size_ms=size)
     assert frame.columns == ["key", "window_start", "window_end", "value"]
-    assert by_window(frame) == expected_timed
+    # Window bounds are Spark timestamps by default, at the windows' exact milliseconds.
+    assert dict(frame.dtypes) == {"key": "string", "window_start": "timestamp",
+                                  "window_end": "timestamp", "value": "bigint"}  # fmt: skip
+    assert by_window(in_millis(frame)) == expected_timed
 
     expected_sessions = last_values(
         bootstrap_servers, sessions, as_tuple(session_key), decode_value
     )
-    frame = read_windowed(spark, sessions, bootstrap_servers=bootstrap_servers, session=True)
+    # epoch_millis keeps them as the longs on the wire.
+    frame = read_windowed(spark, sessions, bootstrap_servers=bootstrap_servers, session=True,
+                          epoch_millis=True)  # fmt: skip
+    assert dict(frame.dtypes)["window_start"] == dict(frame.dtypes)["window_end"] == "bigint"
     assert by_window(frame) == expected_sessions
 
     # A window store's changelog has the same windows as the result topic written alongside it.
     frame = read_windowed(spark, store, bootstrap_servers=bootstrap_servers, window_size_ms=size,
                           store_changelog=True)  # fmt: skip
-    assert by_window(frame) == expected_timed
+    assert by_window(in_millis(frame)) == expected_timed
 
     revisions = read_windowed(spark, timed, bootstrap_servers=bootstrap_servers,
                               window_size_ms=size, latest=False).collect()  # fmt: skip

@@ -239,21 +239,25 @@ def test_columns_of_spark_kafka_sink_including_headers_partition_and_timestamp(
 
 
 def test_bad_columns_config_and_missing_topic_are_refused_before_writing(
-    spark, bootstrap_servers, unique_name
+    spark, bootstrap_servers, unique_name, topic_factory
 ) -> None:
     with pytest.raises(ConfigError, match="sink_id"):
         KafkaSink("out", bootstrap_servers=bootstrap_servers, sink_id="no spaces")
     with pytest.raises(ConfigError, match="transaction_timeout_ms"):
         KafkaSink("out", bootstrap_servers=bootstrap_servers, sink_id="s", transaction_timeout_ms=0)
-    sink = KafkaSink(unique_name("missing"), bootstrap_servers=bootstrap_servers, sink_id="s")
+    # A missing output topic is refused when the sink is made, before any query starts, with
+    # the command that creates it.
+    missing = unique_name("missing")
+    with pytest.raises(ConfigError, match=f"output topic '{missing}' does not exist") as refused:
+        KafkaSink(missing, bootstrap_servers=bootstrap_servers, sink_id="s")
+    assert f"fluvial topics create {missing} --partitions N" in str(refused.value)
+    sink = KafkaSink(topic_factory("out"), bootstrap_servers=bootstrap_servers, sink_id="s")
     with pytest.raises(ConfigError, match="'value' column"):
         sink.validate(spark.createDataFrame([("a",)], "key string"))
     with pytest.raises(ConfigError, match="column 'value' has type int"):
         sink.validate(spark.createDataFrame([(1,)], "value int"))
     with pytest.raises(ConfigError, match=r"does not know column\(s\) \['Key'\]"):
         sink.validate(spark.createDataFrame([("a", "b")], "Key string, value string"))
-    with pytest.raises(ConfigError, match="does not exist"):
-        sink(spark.createDataFrame([("a",)], "value string"), 0)
 
 
 @pytest.mark.parametrize(
@@ -279,7 +283,7 @@ def test_plan_batch_decides_from_the_markers(markers, batch, partitions, expecte
 
 def test_sink_settings_never_show_secrets(bootstrap_servers) -> None:
     sink = KafkaSink(
-        "out",
+        None,
         bootstrap_servers=bootstrap_servers,
         sink_id="secretive",
         client_config={"sasl.password": "hunter2"},

@@ -25,6 +25,10 @@ class WorkerMetrics:
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
+    # Changelog partitions of the slot's stores, and how many of them are restored (or were
+    # up to date): "restoring k of n stores" while they differ.
+    stores_to_restore: int = 0
+    stores_restored: int = 0
     standby_applied: int = 0
     # Changelog records the slot's standby replicas have not applied yet, in all and per task
     # and store (``{"1_0": {"counts": 3}}``).
@@ -59,6 +63,8 @@ _WORKER_COUNTERS = (
     ("lag", "gauge", "Records behind the end of the input partitions"),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
+    ("stores_to_restore", "gauge", "Store changelog partitions the slot's tasks restore"),
+    ("stores_restored", "gauge", "Store changelog partitions restored (or up to date)"),
     ("standby_applied", "counter", "Changelog records applied to standby replicas"),
     ("standby_lag", "gauge", "Changelog records the slot's standby replicas have not applied"),
     ("restore_gaps", "counter", "Restores refused: the changelog lost records the store needs"),

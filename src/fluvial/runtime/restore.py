@@ -75,6 +75,7 @@ class Restorer:
             if limit is not None:
                 high = min(high, limit)
             if start >= high:
+                self.metrics.stores_restored += 1
                 continue
             self.metrics.restore_total += high - start
             restored = self._replay(task, store_name, topic, partition, start, high)
@@ -82,6 +83,7 @@ class Restorer:
                      restored, topic, store_name, task.task_id)  # fmt: skip
             store.committed_offset = high  # nothing is uncommitted while restoring
             store.flush()
+            self.metrics.stores_restored += 1
         return ends
 
     def _refuse(

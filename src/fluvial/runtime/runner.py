@@ -50,8 +50,11 @@ def status_line(app: Application, started: float) -> str:
         f"commits {int(totals['commits']):,}  lag {int(totals['lag']):,}  "
         f"dropped-late {int(totals['dropped_records']):,}"
     )
-    if totals["restore_total"]:
-        line += f"  restored {int(totals['restored']):,}/{int(totals['restore_total']):,}"
+    stores, done = int(totals["stores_to_restore"]), int(totals["stores_restored"])
+    if done < stores:
+        line += f"  restoring {done} of {stores} stores"
+        if totals["restore_total"]:
+            line += f" ({int(totals['restored']):,} of {int(totals['restore_total']):,} records)"
     return line + f"  [{time.monotonic() - started:.0f}s]"
 
 

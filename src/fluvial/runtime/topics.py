@@ -61,6 +61,9 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
             "create them first (fluvial never creates user topics)"
         )
     partitions = {t: known[t] for t in sources}
+    check_output_topics(
+        topology, config, admin, hint_partitions=max(partitions.values(), default=1)
+    )
     pending = list(internal)
     # Internal topics may follow other internal topics (a changelog follows its repartition
     # source), so resolve in rounds until nothing is left.
@@ -99,6 +102,40 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
         for t in internal
     ]
     return TopicPlan(partitions, specs)
+
+
+def check_output_topics(
+    topology: Topology, config: StreamsConfig, admin: AdminClient, *, hint_partitions: int = 1
+) -> None:
+    """Refuse to start when a topic the application writes does not exist.
+
+    A broker that creates topics on first use would make it with its default partition count
+    and settings, in silence; a broker that does not would fail the first commit.
+    """
+    outputs = topology.sink_topics()
+    if not outputs:
+        return
+    known = existing_partition_counts(admin, outputs)
+    missing = [t for t in outputs if t not in known]
+    if missing:
+        raise ConfigError(missing_topics_message(missing, config.bootstrap_servers,
+                                                 hint_partitions, what="output topic"))  # fmt: skip
+
+
+def missing_topics_message(
+    missing: list[str], bootstrap_servers: str, partitions: int | None, *, what: str
+) -> str:
+    """Names the missing topics and the command that creates each (with ``partitions``, or
+    N for the user to choose)."""
+    plural = "s" if len(missing) > 1 else ""
+    verb = "do" if len(missing) > 1 else "does"
+    count = "N" if partitions is None else str(partitions)
+    commands = "; ".join(f"fluvial topics create {name} --partitions {count}" for name in missing)
+    return (
+        f"{what}{plural} {', '.join(repr(t) for t in missing)} {verb} not exist on "
+        f"{bootstrap_servers}: create {'them' if plural else 'it'} first with: {commands} "
+        "(fluvial never creates a user topic, so its partitions and settings stay yours)"
+    )
 
 
 def _check_copartitioning(topology: Topology, app_id: str, partitions: dict[str, int]) -> None:

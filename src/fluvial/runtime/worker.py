@@ -254,6 +254,11 @@ class Worker:
 
     def _open_tasks(self, committed: dict[tuple[str, int], tuple[int, CommitMetadata]]) -> None:
         subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
+        # Known before the first restore, so progress reads "k of n" with a fixed n.
+        self.metrics.stores_to_restore = sum(
+            len(subs[t.subtopology].changelog_topics()) for t in self.task_ids
+        )
+        self.metrics.stores_restored = 0
         restorer = Restorer(self.config, self.metrics)
         try:
             for task_id in self.task_ids:
@@ -465,10 +470,13 @@ class Worker:
             return None
         return authorization_error(self.topology, self.config, failure)
 
-    def run_for(self, seconds: float) -> None:
-        """Run the loop for a while (a lease), leaving the worker open for the next one."""
+    def run_for(self, seconds: float, *, until: threading.Event | None = None) -> None:
+        """Run the loop for a while (a lease), leaving the worker open for the next one;
+        ``until`` ends it early (the driver stops)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not self.stop_event.is_set():
+            if until is not None and until.is_set():
+                return
             self.run_once()
 
     def run_once(self) -> None:

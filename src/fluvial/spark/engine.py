@@ -14,6 +14,7 @@ partition's block is cached, so each slot returns to the executor that holds its
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
 from fluvial.spark.fencing import LeaseFencing, fatal_error
+from fluvial.spark.progress import LeaseProgress
 from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
 from fluvial.topology.topology import Topology
 
@@ -60,6 +62,11 @@ SPARK_CONF_ENV = "FLUVIAL_SPARK_CONF"
 # Attempts per slot task on local masters: local[N] alone means "never retry".
 LOCAL_TASK_ATTEMPTS = 4
 MAX_FAILED_LEASES = 5
+# Counters a slot reports while its lease runs (fluvial.spark.progress).
+_LIVE_COUNTERS = (
+    "records_in", "records_processed", "records_out", "commits", "commit_latency_total_s",
+    "dropped_records", "restore_total", "restored", "standby_applied",
+)  # fmt: skip
 
 
 class SpeculationError(ConfigError):
@@ -162,6 +169,15 @@ class SparkApplication:
         #: Where each slot answered interactive queries in its last lease.
         self.query_endpoints: dict[int, str] = {}
         self._failed_in_a_row = 0
+        #: Live reports of the lease in flight (fluvial.spark.progress), and which lease that is.
+        self._progress: LeaseProgress | None = None
+        self._in_flight: int | None = None
+        #: Records behind the ends of the input partitions, per slot, read from the broker
+        #: before the first lease: the status line has a true lag before any slot reports.
+        self._initial_lag: dict[tuple[str, int], int] = {}
+        self._lag_known: set[int] = set()
+        self._source_topics: dict[int, list[str]] = {}
+        self._metrics_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
         self._router: RoutingQueryService | None = None
@@ -190,45 +206,102 @@ class SparkApplication:
         return self.sc.uiWebUrl
 
     def start(self) -> None:
-        """Check the settings, create internal topics, plan tasks, then run leases."""
+        """Check the settings and topics, then start Spark while the driver fences the slots
+        of an earlier run and creates the internal topics; then run leases."""
         check_no_speculation(self.spark_conf)  # before paying for a JVM
-        check_commit_metadata(self.topology, self.config)
-        plan = ensure_internal_topics(self.topology, self.config)
-        self.task_ids = plan_tasks(self.topology, self.config, plan)
-        self._fencing.claim()  # before paying for a JVM, like the checks above
-        if self._spark is None:
-            from fluvial.spark.session import local_spark_session
-
-            # Python workers must import fluvial: run them with this interpreter (its
-            # virtualenv), not whatever "python3" comes first on the PATH.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-            conf = {
-                "spark.task.maxFailures": str(LOCAL_TASK_ATTEMPTS),
-                # Spark's UI is on, on a port free at the time (0: the OS picks one), and
-                # its link is printed when the application starts (``ui_url``).
-                "spark.ui.enabled": "true",
-                "spark.ui.port": "0",
-                **self.spark_conf,
+        # Spark's JVM takes seconds to start: it starts beside the driver's own checks and
+        # preparations. A check that fails stops the run at once; the JVM is stopped behind
+        # it (and exits with this process in any case).
+        starting = _Background(self._start_spark) if self._spark is None else None
+        try:
+            check_commit_metadata(self.topology, self.config)
+            # Every user topic checked (sources, outputs, co-partitioning), internal topics
+            # made: a mistake stops the run here, before any slot runs.
+            plan = ensure_internal_topics(self.topology, self.config)
+            self.task_ids = plan_tasks(self.topology, self.config, plan)
+            self._source_topics = {
+                sub.id: list(sub.source_topics)
+                for sub in self.topology.subtopologies(self.config.application_id)
             }
-            if self.python_env is not None:
-                # Executors unpack the archive into their working directory and run its
-                # Python: Spark sends the driver's PYSPARK_PYTHON with every task.
-                from fluvial.spark.pack import shipping_conf
-
-                conf.update(shipping_conf(self.python_env, conf))
-                self._held_env = self.python_env.hold()
-                os.environ["PYSPARK_PYTHON"] = self.python_env.executor_python
-            self._spark = local_spark_session(
-                with_task_retries(self.master),
-                app_name=f"fluvial {self.config.application_id}",
-                extra_conf=conf,
-            )
+            # Read while Spark starts: the lag is there before the first slot reports.
+            threading.Thread(target=self._read_initial_lag, name="fluvial-initial-lag",
+                             daemon=True).start()  # fmt: skip
+            self._fencing.claim()
+        except BaseException:
+            if starting is not None:
+                starting.discard(lambda spark: spark.stop())
+            raise
+        if starting is not None:
+            self._spark = starting.result()
         check_no_speculation(dict(self.sc.getConf().getAll()))
+        host = self.sc.getConf().get("spark.driver.host") or "127.0.0.1"
+        self._progress = LeaseProgress(host, self.stop_event)
         self._source_broadcast = self.sc.broadcast(AppSource.read(self.app_path))
         self._relayout(initial=True)
         self._thread = threading.Thread(target=self._run, name="fluvial-leases", daemon=True)
         self._thread.start()
+
+    def _start_spark(self) -> SparkSession:
+        from fluvial.spark.session import local_spark_session
+
+        # Python workers must import fluvial: run them with this interpreter (its
+        # virtualenv), not whatever "python3" comes first on the PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        conf = {
+            "spark.task.maxFailures": str(LOCAL_TASK_ATTEMPTS),
+            # Spark's UI is on, on a port free at the time (0: the OS picks one), and its
+            # link is printed when the application starts (``ui_url``).
+            "spark.ui.enabled": "true",
+            "spark.ui.port": "0",
+        }
+        if self.master.strip().startswith("local"):
+            # Python workers fork from a daemon that has fluvial imported already: the first
+            # lease does not wait for every worker to import it.
+            conf["spark.python.daemon.module"] = "fluvial.spark.daemon"
+        conf.update(self.spark_conf)
+        if self.python_env is not None:
+            # Executors unpack the archive into their working directory and run its
+            # Python: Spark sends the driver's PYSPARK_PYTHON with every task.
+            from fluvial.spark.pack import shipping_conf
+
+            conf.update(shipping_conf(self.python_env, conf))
+            self._held_env = self.python_env.hold()
+            os.environ["PYSPARK_PYTHON"] = self.python_env.executor_python
+        return local_spark_session(
+            with_task_retries(self.master),
+            app_name=f"fluvial {self.config.application_id}",
+            extra_conf=conf,
+        )
+
+    def _read_initial_lag(self) -> None:
+        """The lag of every input partition: its end minus the application's committed offset
+        (its start when nothing was committed), as the broker has them now."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from fluvial.runtime.clients import consumer_settings
+
+        tps = sorted({(topic, task.partition) for task in self.task_ids
+                      for topic in self._source_topics.get(task.subtopology, [])})  # fmt: skip
+        try:
+            consumer = Consumer(consumer_settings(self.config, client_suffix="-lag"))
+            try:
+                committed = {
+                    (tp.topic, tp.partition): tp.offset
+                    for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
+                }
+                lag = {}
+                for topic, partition in tps:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                               timeout=10)  # fmt: skip
+                    position = committed.get((topic, partition), -1)
+                    lag[(topic, partition)] = max(0, high - (position if position >= 0 else low))
+            finally:
+                consumer.close()
+        except Exception as error:  # the status line only: the slots measure their own
+            log.info("cannot read the input lag before the first lease: %s", error)
+            return
+        with self._metrics_lock:
+            self._initial_lag = lag
 
     def _run(self) -> None:
         try:
@@ -271,6 +344,9 @@ class SparkApplication:
             self._views.close()
             self._views = None
         self._fencing.close()
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
 
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""
@@ -339,6 +415,8 @@ class SparkApplication:
             final=final,
             standbys=self.standby_layout,
             serve_token=self._serve_token,
+            progress_address=self._progress.address if self._progress else None,
+            progress_token=self._progress.token if self._progress else None,
         )
         self.sc.setJobGroup(
             self.job_group,
@@ -347,11 +425,13 @@ class SparkApplication:
             interruptOnCancel=True,
         )
         started = time.monotonic()
+        self._in_flight = self.leases
         try:
             results: list[LeaseResult] = self._rdd.mapPartitionsWithIndex(
                 partial(lease_partition, plan, self._source_broadcast)
             ).collect()
         except Exception as error:
+            self._in_flight = None
             if self.stop_event.is_set():
                 return []
             self._lease_failed(error)
@@ -361,11 +441,13 @@ class SparkApplication:
         if fatal is not None:  # a missing ACL, a newer driver: no lease can mend it
             self._append_log({"lease": self.leases, "failed": str(fatal)[:300]})
             raise fatal
-        for result in results:
-            self._expected[result.slot] = result.incarnation
-            self._record(result)
-            if result.query_endpoint:
-                self.query_endpoints[result.slot] = result.query_endpoint
+        with self._metrics_lock:
+            for result in results:
+                self._expected[result.slot] = result.incarnation
+                self._record(result)
+                if result.query_endpoint:
+                    self.query_endpoints[result.slot] = result.query_endpoint
+            self._in_flight = None
         self._log_lease(results, time.monotonic() - started)
         if self.on_lease is not None:
             self.on_lease(self.leases, results)
@@ -396,7 +478,7 @@ class SparkApplication:
     def _record(self, result: LeaseResult) -> None:
         metrics = self._slot_metrics.setdefault(result.slot, WorkerMetrics(result.slot))
         for name, value in result.metrics.items():
-            if name in ("lag", "standby_lag"):
+            if name in ("lag", "standby_lag", "stores_to_restore", "stores_restored"):
                 setattr(metrics, name, int(value))
             elif name == "commit_latency_max_s":
                 metrics.commit_latency_max_s = max(metrics.commit_latency_max_s, value)
@@ -406,6 +488,7 @@ class SparkApplication:
                 setattr(metrics, name, getattr(metrics, name) + int(value))
         metrics.task_metrics = result.task_metrics
         metrics.standby_lags = result.standby_lags
+        self._lag_known.add(result.slot)
 
     def _log_lease(self, results: list[LeaseResult], seconds: float) -> None:
         self._append_log(
@@ -444,7 +527,27 @@ class SparkApplication:
         return sorted(self.layout)
 
     def metrics(self) -> list[WorkerMetrics]:
-        return [self._slot_metrics[s] for s in sorted(self._slot_metrics)]
+        """Every slot's metrics: the leases that ended, plus what the lease in flight has
+        reported so far, plus the lag read from the broker until a slot measures its own."""
+        with self._metrics_lock:
+            lease = self._in_flight
+            slots = sorted(set(self._slot_metrics) | set(self.layout))
+            found = []
+            for slot in slots:
+                metrics = copy.deepcopy(self._slot_metrics.get(slot) or WorkerMetrics(slot))
+                live = self._progress.current(slot, lease) if self._progress and lease else None
+                if live is not None:
+                    _add_live(metrics, live)
+                    if live.get("lag_known"):
+                        self._lag_known.add(slot)
+                if slot not in self._lag_known:
+                    metrics.lag = sum(
+                        self._initial_lag.get((topic, task.partition), 0)
+                        for task in self.layout.get(slot, [])
+                        for topic in self._source_topics.get(task.subtopology, [])
+                    )
+                found.append(metrics)
+            return found
 
     def prometheus_metrics(self) -> str:
         return prometheus_text(self.config.application_id, self.metrics())
@@ -482,6 +585,53 @@ class SparkApplication:
 
             self._views = DriverViews(self.router, lambda: self.task_ids)
         return self._views
+
+
+class _Background:
+    """A call running in a thread of its own, for its result later."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._outcome: list[Any] = []
+        self._failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._outcome.append(call())
+            except BaseException as error:
+                self._failure.append(error)
+
+        self._thread = threading.Thread(target=run, name="fluvial-spark-start", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._failure:
+            raise self._failure[0]
+        return self._outcome[0]
+
+    def discard(self, release: Callable[[Any], None]) -> None:
+        """Not needed after all: release the result once it is there, without waiting."""
+
+        def wait() -> None:
+            self._thread.join()
+            if self._outcome:
+                release(self._outcome[0])
+
+        threading.Thread(target=wait, name="fluvial-spark-discard", daemon=True).start()
+
+
+def _add_live(metrics: WorkerMetrics, live: dict[str, float]) -> None:
+    """Add what a slot reported of the lease in flight to the metrics of the leases before."""
+    for name in _LIVE_COUNTERS:
+        setattr(
+            metrics, name, type(getattr(metrics, name))(getattr(metrics, name) + live.get(name, 0))
+        )
+    if live.get("lag_known"):
+        metrics.lag = int(live.get("lag", 0))
+    metrics.commit_latency_max_s = max(metrics.commit_latency_max_s,
+                                       live.get("commit_latency_max_s", 0.0))  # fmt: skip
+    metrics.stores_to_restore = int(live.get("stores_to_restore", metrics.stores_to_restore))
+    metrics.stores_restored = int(live.get("stores_restored", metrics.stores_restored))
 
 
 def _changelog_gap(text: str) -> str | None:

@@ -9,6 +9,10 @@ Bytes are decoded with fluvial's (and Kafka Streams') wire formats: ``"string"``
 ``"long"``/``"int"`` (big-endian, signed), ``"double"``/``"float"`` (IEEE 754 big-endian),
 ``"json"`` (text, or parsed into ``schema`` when one is given) and ``"bytes"`` (as is). Long
 and int keys decode inside Spark SQL; doubles go through a small Python UDF.
+
+Times are Spark ``timestamp`` columns (window bounds, record timestamps), so they compare,
+format and window like any other time in Spark. ``epoch_millis=True`` gives them as ``long``
+epoch milliseconds instead, as they are on the wire.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 _MAX_LONG = (1 << 63) - 1
+# The latest time a Spark timestamp (microseconds in a long) holds, in milliseconds.
+_MAX_TIMESTAMP_MS = _MAX_LONG // 1000
 SERDES = ("string", "bytes", "long", "int", "double", "float", "json")
 
 
@@ -37,10 +43,12 @@ def read_table(
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
     client_config: dict[str, str] | None = None,
+    epoch_millis: bool = False,
 ) -> DataFrame:
     """The latest value per key of a table or changelog topic, tombstones applied.
 
-    Columns: ``key``, ``value``; with ``with_metadata`` also ``timestamp``, ``partition`` and
+    Columns: ``key``, ``value``; with ``with_metadata`` also ``timestamp`` (a Spark
+    timestamp; ``long`` epoch milliseconds with ``epoch_millis=True``), ``partition`` and
     ``offset`` of the record that set the value. ``value_schema`` (a DDL string or a Spark
     type) parses ``"json"`` values into columns. A timestamped store's changelog reads the
     same way: Kafka Streams and fluvial keep its timestamp in the record timestamp.
@@ -55,7 +63,7 @@ def read_table(
     return latest.select(
         _decode(latest["key"], key_serde, None).alias("key"),
         _decode(latest["value"], value_serde, value_schema).alias("value"),
-        *_metadata(latest, with_metadata),
+        *_metadata(latest, with_metadata, epoch_millis),
     )
 
 
@@ -74,6 +82,7 @@ def read_windowed(
     with_metadata: bool = False,
     kafka_options: dict[str, str] | None = None,
     client_config: dict[str, str] | None = None,
+    epoch_millis: bool = False,
 ) -> DataFrame:
     """A windowed-result topic as ``key``, ``window_start``, ``window_end``, ``value``.
 
@@ -85,7 +94,8 @@ def read_windowed(
     - ``store_changelog=True``: the changelog of a window store, key bytes + 8-byte start +
       4-byte sequence number (``window_size_ms`` required).
 
-    Window bounds are epoch milliseconds (``long``). With ``latest`` (the default) each window
+    Window bounds are Spark ``timestamp`` columns; with ``epoch_millis=True`` they are
+    ``long`` epoch milliseconds, as on the wire (and ``timestamp`` too). With ``latest`` (the default) each window
     shows its final revision and tombstoned windows are gone; ``latest=False`` gives every
     committed revision in offset order per partition, with its metadata. ``kafka_options`` and
     ``client_config`` are as for :func:`read_table`.
@@ -121,12 +131,16 @@ def read_windowed(
         end.alias("window_end"),
     )
     rows = _latest(windows, ["key"]) if latest else windows
+    bounds = [rows["window_start"], rows["window_end"]]
+    if not epoch_millis:
+        # A session still open has no end yet (Long.MAX_VALUE): the latest timestamp there is.
+        bounds = [F.timestamp_millis(F.least(b, F.lit(_MAX_TIMESTAMP_MS))) for b in bounds]
     result = rows.select(
         _decode(rows["inner_key"], key_serde, None).alias("key"),
-        rows["window_start"],
-        rows["window_end"],
+        bounds[0].alias("window_start"),
+        bounds[1].alias("window_end"),
         _decode(rows["value"], value_serde, value_schema).alias("value"),
-        *_metadata(rows, with_metadata or not latest),
+        *_metadata(rows, with_metadata or not latest, epoch_millis),
     )
     return result if latest else result.orderBy("partition", "offset")
 
@@ -179,10 +193,15 @@ def _latest(frame: DataFrame, identity: list[str]) -> DataFrame:
     return flat.where(F.col("value").isNotNull())
 
 
-def _metadata(frame: DataFrame, wanted: bool) -> list[Column]:
+def _metadata(frame: DataFrame, wanted: bool, epoch_millis: bool) -> list[Column]:
+    from pyspark.sql import functions as F
+
     if not wanted:
         return []
-    return [frame["timestamp"], frame["partition"], frame["offset"]]
+    timestamp = frame["timestamp"]
+    if epoch_millis:
+        timestamp = F.unix_millis(timestamp).alias("timestamp")
+    return [timestamp, frame["partition"], frame["offset"]]
 
 
 # -- decoding ----------------------------------------------------------------------------------

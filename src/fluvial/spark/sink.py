@@ -54,6 +54,7 @@ from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ConfigError, FluvialError
 from fluvial.kafka.admin import TopicSpec, admin_client, create_topics
 from fluvial.runtime.clients import producer_settings
+from fluvial.runtime.topics import missing_topics_message
 from fluvial.spark.markers import BatchMarker, marker_partitions, read_markers, wait_for_partitions
 
 if TYPE_CHECKING:
@@ -155,6 +156,8 @@ class KafkaSink:
         )
         self._spec.streams_config()  # validates the client settings before the query starts
         self._checked_topic = False
+        # Before the query starts, not at its first batch.
+        self._check_output_topic()
         #: The outcome of the last batch this sink handled, for logs and tests.
         self.last_result: BatchResult | None = None
 
@@ -279,10 +282,8 @@ class KafkaSink:
         admin = admin_client(self._spec.bootstrap_servers, **dict(self._spec.client_config))
         metadata = admin.list_topics(timeout=30)
         if self.topic not in metadata.topics:
-            raise ConfigError(
-                f"output topic {self.topic!r} does not exist: create it first (fluvial never "
-                "creates a user topic, so its partitions and configuration stay yours)"
-            )
+            raise ConfigError(missing_topics_message([self.topic], self._spec.bootstrap_servers,
+                                                     None, what="output topic"))  # fmt: skip
         self._checked_topic = True
 
     def _ensure_marker_topic(self, partitions: int) -> int:

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -71,7 +71,7 @@ _COUNTERS = (
     "restored",
     "standby_applied",
 )
-_GAUGES = ("lag", "commit_latency_max_s", "standby_lag")
+_GAUGES = ("lag", "commit_latency_max_s", "standby_lag", "stores_to_restore", "stores_restored")
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,9 @@ class LeasePlan:
     # The bearer token the slots' query endpoints require (the driver's FLUVIAL_SERVE_TOKEN):
     # it travels here, like the client settings, never in the executors' environment.
     serve_token: str | None = field(default=None, repr=False)
+    # Where the driver takes live progress reports (fluvial.spark.progress), and their token.
+    progress_address: str | None = None
+    progress_token: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -193,16 +196,46 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
     _start_janitor()
     config = _executor_config(plan.config)
     started = time.monotonic()
+    # What the driver sees while the lease runs: the Worker (restoring, then running) and
+    # its counters since the lease began.
+    live: dict[str, object] = {}
+    stop = threading.Event()
+    reporter = None
+    if plan.progress_address and plan.progress_token:
+        from fluvial.spark.progress import ProgressReporter
+
+        reporter = ProgressReporter(plan.progress_address, plan.progress_token, slot=slot,
+                                    lease=plan.lease, snapshot=partial(_progress, live),
+                                    stop=stop)  # fmt: skip
     try:
-        entry, reused = _take(plan, source, config, slot, attempt)
+        return _run_lease(plan, source, config, slot, attempt, started, live, stop)
+    finally:
+        if reporter is not None:
+            reporter.close()
+
+
+def _run_lease(
+    plan: LeasePlan,
+    source: AppSource,
+    config: StreamsConfig,
+    slot: int,
+    attempt: int,
+    started: float,
+    live: dict[str, object],
+    stop: threading.Event,
+) -> LeaseResult:
+    try:
+        entry, reused = _take(plan, source, config, slot, attempt,
+                              on_worker=lambda w: live.update(worker=w))  # fmt: skip
     except Exception as error:
         return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     worker = entry.worker
     query_endpoint = _serve_queries(plan, source, config, entry)
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
+    live.update(worker=worker, before=before, running=True)
     start_seconds = time.monotonic() - started
     try:
-        worker.run_for(plan.lease_seconds)
+        worker.run_for(plan.lease_seconds, until=stop)
         # End every lease on a commit: between leases nothing is in flight, so the driver
         # can move the slot or stop without losing or repeating work.
         if plan.final:
@@ -294,10 +327,33 @@ def _executor_config(config: StreamsConfig) -> StreamsConfig:
     return config.with_overrides(state_dir=state_dir) if state_dir else config
 
 
+def _progress(live: dict[str, object]) -> dict[str, float] | None:
+    """The slot's progress in this lease so far, for the driver's status line."""
+    worker = live.get("worker")
+    if not isinstance(worker, Worker):
+        return None
+    metrics = worker.metrics
+    before = live.get("before") or {n: 0.0 for n in _COUNTERS}
+    assert isinstance(before, dict)
+    now = _snapshot(metrics)
+    report = {n: now[n] - before[n] for n in _COUNTERS}
+    report.update({n: float(getattr(metrics, n)) for n in _GAUGES})
+    # The lag is measured at commits: until the first one it is not known here.
+    report["lag_known"] = float(bool(live.get("running")) and metrics.commits > 0)
+    return report
+
+
 def _take(
-    plan: LeasePlan, source: AppSource, config: StreamsConfig, slot: int, attempt: int
+    plan: LeasePlan,
+    source: AppSource,
+    config: StreamsConfig,
+    slot: int,
+    attempt: int,
+    *,
+    on_worker: Callable[[Worker], None] | None = None,
 ) -> tuple[_Entry, bool]:
-    """The slot's Worker: the cached one if it may be reused, otherwise a fresh, started one."""
+    """The slot's Worker: the cached one if it may be reused, otherwise a fresh, started one.
+    ``on_worker`` hears of it before it starts (and restores)."""
     app_id = config.application_id
     run_key = (plan.run_id, plan.generation)
     stale: list[_Entry] = []
@@ -335,13 +391,15 @@ def _take(
     if config.exactly_once:
         # A task of a driver that a newer one replaced must not take the slot back from it.
         check_current_driver(plan.run_id, topology, config)
-        # Fence before waiting: a holder still running (a zombie) then fails at its next
-        # commit and lets go of the task directories.
-        _fence(config, slot)
     stateful = {s.id for s in topology.subtopologies(app_id) if s.changelog_topics()}
     dirs = [root / str(t) for t in task_ids] + [
         standby_root(root, slot) / str(t) for t in standby_ids if t.subtopology in stateful
     ]
+    if config.exactly_once and any(_held(d) for d in dirs):
+        # Fence before waiting: a holder still running (a zombie) then fails at its next
+        # commit and lets go of the task directories. With none held, the Worker's own
+        # start fences the slot.
+        _fence(config, slot)
     _acquire_dirs(root, slots_dir, dirs)
     # A standby copy on this machine much further along than a task's own directory (the task
     # came here from a lost executor) is worth asking its holder for: the Worker takes it over.
@@ -354,6 +412,8 @@ def _take(
     worker = Worker(
         slot, topology, config, task_ids, standby_task_ids=standby_ids, confirm_owner=confirm
     )
+    if on_worker is not None:
+        on_worker(worker)
     try:
         worker.start()
     except BaseException:
@@ -443,6 +503,11 @@ def _await_handoff(root: Path, slots_dir: Path, copies: list[Path]) -> None:
                         STANDBY_HANDOFF_TIMEOUT_S)  # fmt: skip
             return
         time.sleep(JANITOR_INTERVAL_S)
+
+
+def _held(task_dir: Path) -> bool:
+    """Whether another process holds this task directory (or standby copy) now."""
+    return (task_dir / ".lock").exists() and not _lock_free(task_dir / ".lock")
 
 
 def _lock_free(path: Path) -> bool:
