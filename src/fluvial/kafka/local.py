@@ -409,7 +409,10 @@ class LocalKafka:
             "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": 10,
             "group.initial.rebalance.delay.ms": 0,
-            "auto.create.topics.enable": "true",
+            # As production clusters run: a topic is created on purpose (fluvial topics
+            # create, fluvial run for its internal topics), never by a client's first use, so
+            # nothing passes here on a topic a real cluster would not have.
+            "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
             "log.retention.hours": -1,
             "log.segment.bytes": 64 * 1024 * 1024,

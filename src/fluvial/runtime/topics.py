@@ -61,9 +61,6 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
             "create them first (fluvial never creates user topics)"
         )
     partitions = {t: known[t] for t in sources}
-    check_output_topics(
-        topology, config, admin, hint_partitions=max(partitions.values(), default=1)
-    )
     pending = list(internal)
     # Internal topics may follow other internal topics (a changelog follows its repartition
     # source), so resolve in rounds until nothing is left.
@@ -92,6 +89,8 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
                 f"{partitions[topic.name]}: run 'fluvial reset {app_id}' to recreate it"
             )
     _check_copartitioning(topology, app_id, partitions)
+    check_output_topics(topology, config, admin,
+                        hint_partitions=max((partitions[t] for t in sources), default=1))  # fmt: skip
     specs = [
         TopicSpec(
             t.name,
