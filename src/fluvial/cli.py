@@ -303,6 +303,16 @@ def run(
     from fluvial.config import StreamsConfig
     from fluvial.runtime.runner import run_application
 
+    extra_spark_conf = None
+    try:
+        if spark_conf and engine != "spark":
+            raise FluvialError("--spark-conf is for --engine spark")
+        if engine == "spark":
+            from fluvial.spark.engine import parse_spark_conf
+
+            extra_spark_conf = parse_spark_conf(spark_conf or [])
+    except FluvialError as error:
+        _fail(error)
     loaded = _load(app_file)
     overrides = {
         "processing_guarantee": guarantee,
@@ -328,13 +338,6 @@ def run(
                 "--reader-process is for the local engine: on Spark, each executor's Python "
                 "worker answers for its own slots"
             )
-        if spark_conf and engine != "spark":
-            raise FluvialError("--spark-conf is for --engine spark")
-        extra_spark_conf = None
-        if engine == "spark":
-            from fluvial.spark.engine import parse_spark_conf
-
-            extra_spark_conf = parse_spark_conf(spark_conf or [])
         egress = _start_egress(app_file, config)
         if engine == "spark":
             from fluvial.spark.runner import run_spark_application

@@ -50,6 +50,19 @@ def test_missing_source_topic_is_reported_before_start(bootstrap_servers: str, u
 
 
 @pytest.mark.kafka
+def test_missing_output_topic_is_reported_before_start_with_the_command_that_creates_it(
+    bootstrap_servers: str, topic_factory, unique_name
+) -> None:
+    source, missing = topic_factory("in", 3), unique_name("out")
+    builder = StreamsBuilder()
+    builder.stream(source, key_serde=serdes.string()).to(missing)
+    config = StreamsConfig(application_id=unique_name("app"), bootstrap_servers=bootstrap_servers)
+    with pytest.raises(ConfigError, match=f"output topic '{missing}' does not exist") as refused:
+        Application(builder.build(), config).start()
+    assert f"fluvial topics create {missing} --partitions 3" in str(refused.value)
+
+
+@pytest.mark.kafka
 def test_join_of_differently_partitioned_topics_is_refused(
     bootstrap_servers: str, topic_factory, unique_name
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from tests.runtime.harness import (
     SparkRunner,
     check_revisions_exactly_once,
@@ -23,7 +24,7 @@ from tests.runtime.harness import (
 
 from fluvial import serdes
 from fluvial.errors import ConfigError
-from fluvial.spark.engine import check_no_speculation, with_task_retries
+from fluvial.spark.engine import check_no_speculation, parse_spark_conf, with_task_retries
 
 REGROUP = Path(__file__).parent / "apps" / "regroup.py"
 
@@ -53,6 +54,39 @@ def test_fluvial_run_refuses_speculation(
     runner.start()
     assert runner.wait(120) == 1
     assert "spark.speculation=true would run a second copy" in runner.output()
+
+
+@pytest.mark.kafka
+def test_fluvial_run_refuses_a_missing_output_topic_before_anything_runs(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    missing = unique_name("counts")
+    runner = SparkRunner(bootstrap_servers, unique_name("app"), topic_factory("in"), missing,
+                         tmp_path / "state")  # fmt: skip
+    runner.start()
+    assert runner.wait(120) == 1
+    output = runner.output()
+    assert f"output topic '{missing}' does not exist" in output, output[-2000:]
+    assert f"fluvial topics create {missing} --partitions 1" in output
+    assert "task(s) on" not in output and runner.leases() == []  # no slot ran
+    # Nothing made the topic behind the application's back (the broker creates none either).
+    topics = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(timeout=10).topics
+    assert missing not in topics
+
+
+def test_spark_settings_are_an_option_of_fluvial_run() -> None:
+    from typer.testing import CliRunner
+
+    from fluvial.cli import app
+
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert "--spark-conf" in shown.output and "spark-submit --conf" in shown.output
+    refused = CliRunner().invoke(app, ["run", str(REGROUP), "--spark-conf", "spark.ui.port"])
+    assert refused.exit_code != 0
+    assert "--spark-conf entry 'spark.ui.port' is not KEY=VALUE" in refused.output
+    assert parse_spark_conf(["spark.ui.port=4040", "a.b= c=d "]) == {
+        "spark.ui.port": "4040", "a.b": "c=d",
+    }  # fmt: skip
 
 
 def final_counts(bootstrap: str, topic: str) -> dict[str, int]:
