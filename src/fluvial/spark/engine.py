@@ -332,7 +332,8 @@ class SparkApplication:
             self.sc.cancelJobGroup(self.job_group)
             self.wait(30)
         if self._rdd is not None:
-            self._rdd.unpersist()
+            if not self._owns_spark:  # a session of our own goes as a whole, below
+                self._rdd.unpersist()
             self._rdd = None
         if self._owns_spark and self._spark is not None:
             self._spark.stop()

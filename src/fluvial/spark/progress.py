@@ -3,7 +3,7 @@
 A lease reports its metrics when it ends, and leases last seconds (``FLUVIAL_SPARK_LEASE_MS``,
 10 s by default) so that Spark schedules at a coarse grain. Between those reports the driver
 would be blind, and a stop would wait for the lease's end. So while a lease runs, each slot
-task sends the driver a small report twice a second over TCP (one JSON line: its records,
+task sends the driver a small report four times a second over TCP (one JSON line: its records,
 commits, lag and restoration so far in this lease), and the driver answers each with one line
 saying whether the application is stopping. A slot told to stop ends its lease on a commit at
 once.
@@ -30,7 +30,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-REPORT_INTERVAL_S = 0.5
+REPORT_INTERVAL_S = 0.25
 CONNECT_TIMEOUT_S = 2.0
 _MAX_LINE = 64 * 1024
 
