@@ -52,16 +52,23 @@ def test_progress_reaches_the_driver_while_a_long_lease_runs_and_sigterm_stops_w
     runner = SparkRunner(bootstrap_servers, unique_name("app"), input_topic, output_topic,
                          tmp_path / "state", lease_ms=600_000)  # fmt: skip
     runner.start(prometheus_port=port)
+
+    def until(condition, timeout_s: float, what: str, interval_s: float = 0.5) -> None:  # noqa: ANN001
+        try:
+            wait_until(condition, timeout_s, what, interval_s=interval_s)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; fluvial run:\n{runner.output()[-3000:]}") from None
+
     try:
         # Before any slot has measured anything, the lag read from the broker shows the
         # records waiting (not 0).
-        wait_until(lambda: scrape(port).get("fluvial_worker_lag") == len(views), 180,
+        until(lambda: scrape(port).get("fluvial_worker_lag") == len(views), 300,
                    "the waiting records to show as lag", interval_s=0.05)  # fmt: skip
         # Records and commits reach the driver while the lease still runs.
         # (The count goes on past the input with the repartition topic's records.)
-        wait_until(lambda: scrape(port).get("fluvial_worker_records_in_total", 0) >= len(views),
+        until(lambda: scrape(port).get("fluvial_worker_records_in_total", 0) >= len(views),
                    120, "every record to show as read")  # fmt: skip
-        wait_until(lambda: dict(read_revisions(bootstrap_servers, output_topic)) == oracle, 120,
+        until(lambda: dict(read_revisions(bootstrap_servers, output_topic)) == oracle, 120,
                    "the committed output to reach the oracle")  # fmt: skip
         metrics = scrape(port)
         assert metrics["fluvial_worker_commits_total"] > 0
