@@ -139,6 +139,19 @@ def test_live_backlog_and_replay_give_the_same_results(
         create_topics(bootstrap_servers, [TopicSpec(n, PARTITIONS) for n in names])
         return source, out
 
+    logs: list[str] = []
+
+    def differences(found: dict[str, Counter]) -> str:
+        """The first differences per result, and the last run's log lines about failures."""
+        lines = []
+        for kind in expected:
+            extra, missing = found[kind] - expected[kind], expected[kind] - found[kind]
+            if extra or missing:
+                lines.append(f"{kind}: extra {list(extra.items())[:5]}, "
+                             f"missing {list(missing.items())[:5]}")  # fmt: skip
+        noted = [line for line in logs[-1].splitlines() if "fail" in line or "restart" in line]
+        return "\n".join(lines + noted[-20:])
+
     def run(app_id: str, source: str, out: str, feed=None) -> dict[str, Counter]:  # noqa: ANN001
         runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
                              engine=engine, app=APP, lease_ms=5000, commit_ms=100)  # fmt: skip
@@ -155,22 +168,26 @@ def test_live_backlog_and_replay_give_the_same_results(
         finally:
             code = runner.stop()
         assert code == 0, runner.output()[-3000:]
-        return final_results(bootstrap_servers, out)
+        found = final_results(bootstrap_servers, out)
+        logs.append(runner.output())
+        return found
 
     # Live: the application runs first, the input arrives at about 15x real time.
     source, out = topics("live")
     pace = span_s / 15 / (len(rows) // PARTITIONS)
     live = run(unique_name("live"), source, out,
                feed=lambda: produce(bootstrap_servers, source, rows, pace_s=pace))  # fmt: skip
-    assert live == expected
+    assert live == expected, differences(live)
 
     # A backlog: all input is there before the application starts.
     source, out = topics("backlog")
     produce(bootstrap_servers, source, rows)
     app_id = unique_name("backlog")
-    assert run(app_id, source, out) == expected
+    backlog = run(app_id, source, out)
+    assert backlog == expected, differences(backlog)
 
     # The same application reset and replayed, into new output topics to read them alone.
     reset_application(app_id, bootstrap_servers, tmp_path / app_id)
     _, replay_out = topics("replay")
-    assert run(app_id, source, replay_out) == expected
+    replay = run(app_id, source, replay_out)
+    assert replay == expected, differences(replay)

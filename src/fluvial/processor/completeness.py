@@ -28,6 +28,7 @@ records in one partition the queue releases its oldest head anyway and counts it
 from __future__ import annotations
 
 import struct
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -38,6 +39,8 @@ WRITER_HEADER = "fluvial.writer"
 PROGRESS_HEADER = "fluvial.progress"
 PROGRESS_INTERVAL_MS = 100
 MAX_HELD_RECORDS = 100_000
+# How long a writer must have read all of its input before it stops holding time back.
+IDLE_WRITER_MS = 1000
 NO_TIME = -(2**63)
 
 _PROGRESS = struct.Struct(">q?")  # stream time, caught up
@@ -94,7 +97,11 @@ class WriterMergeQueue:
         writers = list(expected_writers) + [w for w in restored if w not in expected_writers]
         self._queues: dict[str, deque[ConsumedRecord | _Progress]] = {w: deque() for w in writers}
         self._high = {w: restored[w].high if w in restored else NO_TIME for w in writers}
-        self._idle = {w: restored[w].idle if w in restored else False for w in writers}
+        now = time.monotonic()
+        # Since when each writer has said it read all of its input (None: it has not).
+        self._idle_since: dict[str, float | None] = {
+            w: now if w in restored and restored[w].idle else None for w in writers
+        }
         self._done = {w: restored[w].done if w in restored else -1 for w in writers}
         self._skip = {w: state.done for w, state in restored.items()}
         self._end_offset: int | None = None  # just past the last record added
@@ -114,7 +121,7 @@ class WriterMergeQueue:
             if queue is None:  # a writer the topology did not announce (or an older fluvial)
                 queue = self._queues[writer] = deque()
                 self._high[writer] = NO_TIME
-                self._idle[writer] = False
+                self._idle_since[writer] = None
                 self._done[writer] = -1
             if record.offset <= self._skip.get(writer, -1):
                 continue  # taken before a restart, and committed with its effects
@@ -139,13 +146,16 @@ class WriterMergeQueue:
             assert isinstance(progress, _Progress)
             if progress.stream_time > self._high[writer]:
                 self._high[writer] = progress.stream_time
-            self._idle[writer] = progress.idle
+            if not progress.idle:
+                self._idle_since[writer] = None
+            elif self._idle_since[writer] is None:
+                self._idle_since[writer] = time.monotonic()
             self._done[writer] = progress.offset
         if queue:
             head = queue[0]
             if head.timestamp_ms > self._high[writer]:
                 self._high[writer] = head.timestamp_ms
-            self._idle[writer] = False  # it wrote again: it holds time back until it says so
+            self._idle_since[writer] = None  # it wrote again: it holds time back until it says so
 
     # -- the deque protocol a task uses ---------------------------------------------------------
     def __len__(self) -> int:
@@ -182,10 +192,11 @@ class WriterMergeQueue:
         partition above this bound, or it would run ahead of a slower writer here.
         """
         low = None
+        now = time.monotonic()
         for writer, queue in self._queues.items():
             if queue:
                 t = queue[0].timestamp_ms
-            elif not self._idle[writer]:
+            elif self._holds_back(writer, now):
                 t = self._high[writer]
             else:
                 continue
@@ -206,12 +217,22 @@ class WriterMergeQueue:
         offset skips each writer's records up to its ``done`` offset.
         """
         return {
-            w: WriterState(self._high[w], self._idle[w], self._done[w])
+            w: WriterState(self._high[w], self._idle_since[w] is not None, self._done[w])
             for w in self._queues
             if self._high[w] != NO_TIME or self._done[w] >= 0
         }
 
     # -- the merge ------------------------------------------------------------------------------
+    def _holds_back(self, writer: str, now: float) -> bool:
+        """Whether ``writer``, with nothing waiting, may still write an older record than the
+        others': unless it has said for :data:`IDLE_WRITER_MS` that it read all of its input.
+
+        Not at once: live, a writer reads all of its input between two records, and its next
+        record may be older than another writer's newest.
+        """
+        since = self._idle_since[writer]
+        return since is None or (now - since) * 1000 < IDLE_WRITER_MS
+
     def _head_writer(self) -> str | None:
         if self._checked:
             return self._ready
@@ -223,11 +244,14 @@ class WriterMergeQueue:
                 candidate, candidate_time = writer, queue[0].timestamp_ms
         if candidate is None:
             return None
+        now = time.monotonic()
         for writer, queue in self._queues.items():
-            if not queue and not self._idle[writer] and self._high[writer] < candidate_time:
+            if not queue and self._high[writer] < candidate_time and self._holds_back(writer, now):
                 # This writer may still write an older record: wait for it, unless the
                 # held records pass the bound.
                 if self._size <= self._max_held:
+                    if self._idle_since[writer] is not None:
+                        self._checked = False  # its idleness counts: look again later
                     return None
                 self.overflows += 1
                 break
