@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from fluvial import children
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
@@ -192,7 +192,7 @@ def kafka_logs(
     if not path.exists():
         _fail(FluvialError(f"no log at {path}: has this cluster been started?"))
     if follow:
-        subprocess.run(["tail", "-n", str(lines), "-F", str(path)], check=False)
+        children.run(["tail", "-n", str(lines), "-F", str(path)], check=False)
     else:
         sys.stdout.write("".join(path.read_text(errors="replace").splitlines(True)[-lines:]))
 

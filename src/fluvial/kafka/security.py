@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -383,6 +382,8 @@ def ensure_tls(directory: Path, java: str) -> TlsFiles:
     Store passwords are read by keytool from a file (``-storepass:file``), never from its
     command line.
     """
+    from fluvial import children
+
     tls = TlsFiles(directory)
     if tls.ca_pem.exists() and tls.keystore.exists() and tls.store_password_file.exists():
         return tls
@@ -415,7 +416,7 @@ def ensure_tls(directory: Path, java: str) -> TlsFiles:
          "-keystore", str(tls.keystore), *pw],
     ]  # fmt: skip
     for step in steps:
-        result = subprocess.run([keytool, *step], capture_output=True, text=True)
+        result = children.run([keytool, *step], capture_output=True, text=True)
         if result.returncode != 0:
             raise KafkaSetupError(
                 f"keytool {step[0]} failed while making the local CA in {directory}: "
