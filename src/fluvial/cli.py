@@ -146,6 +146,45 @@ def kafka_start(
         _fail(error)
 
 
+@kafka_app.command("add-user")
+def kafka_add_user(
+    name: Annotated[str, typer.Argument(help="The SCRAM user's name (its principal: User:NAME).")],
+    data_dir: DataDirOption = None,
+    port: PortOption = DEFAULT_PORT,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file whose first line is the password (default: $FLUVIAL_KAFKA_USER_PASSWORD)."
+            " Never on the command line."
+        ),
+    ] = None,
+) -> None:
+    """Add a SCRAM user to a running --secure cluster (or set an existing user's password)."""
+    from fluvial.kafka.security import read_user_password
+
+    try:
+        password = read_user_password(name, password_file)
+        cluster = _cluster(data_dir, port)
+        if not cluster.secure:
+            raise FluvialError(
+                f"the cluster in {cluster.data_dir} is not --secure: it has no users to add"
+            )
+        if not cluster.is_running():
+            raise FluvialError(
+                f"the cluster in {cluster.data_dir} is not running: start it with "
+                "'fluvial kafka start --secure' first"
+            )
+        cluster.add_users({name: password})
+    except FluvialError as error:
+        _fail(error)
+    console.print(
+        f"user {name!r} is ready (principal User:{name}); it holds no ACLs yet: grant them "
+        "with 'fluvial acls APP.py --principal User:" + name + " --apply'",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @kafka_app.command("stop")
 def kafka_stop(data_dir: DataDirOption = None, port: PortOption = DEFAULT_PORT) -> None:
     """Stop a local cluster; its data directory is kept for the next start."""

@@ -28,6 +28,8 @@ CLIENT_CONFIG_ENV = "FLUVIAL_KAFKA_CLIENT_CONFIG"
 CLIENT_SETTING_ENV_PREFIX = "FLUVIAL_KAFKA_CLIENT_"
 #: The local secured cluster's admin password, when no credentials file is given.
 ADMIN_PASSWORD_ENV = "FLUVIAL_KAFKA_ADMIN_PASSWORD"
+#: The password of a user ``fluvial kafka add-user`` adds, when no password file is given.
+NEW_USER_PASSWORD_ENV = "FLUVIAL_KAFKA_USER_PASSWORD"
 
 # "dsn": a database connection string may carry a password.
 _SECRET_MARKERS = ("password", "secret", "key", "token", "credentials", "jaas", "pem", "dsn")
@@ -330,14 +332,41 @@ def read_credentials(
     if admin not in passwords:
         raise ConfigError(f"the credentials name no password for the admin user {admin!r}")
     for user, password in passwords.items():
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
-            raise ConfigError(f"user name {user!r}: use letters, digits, '.', '_' and '-'")
-        if not _ALLOWED_PASSWORD.match(password):
-            raise ConfigError(
-                f"the password of {user!r} must be at least 8 characters of letters, digits "
-                "and punctuation other than quotes, backslash, '#', ',', '=' and brackets"
-            )
+        _check_user(user, password)
     return Credentials(admin, passwords)
+
+
+def read_user_password(
+    user: str, path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> str:
+    """The password of a new user: the first line of ``path``, else
+    ``$FLUVIAL_KAFKA_USER_PASSWORD``; never a command-line argument (``ps`` would show it)."""
+    env = os.environ if env is None else env
+    if path is not None:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as error:
+            raise ConfigError(f"cannot read the password file {path}: {error.strerror}") from None
+        password = lines[0].strip() if lines else ""
+    else:
+        password = env.get(NEW_USER_PASSWORD_ENV, "")
+    if not password:
+        raise ConfigError(
+            f"no password for {user!r}: give --password-file FILE (the password on its first "
+            f"line) or set {NEW_USER_PASSWORD_ENV}"
+        )
+    _check_user(user, password)
+    return password
+
+
+def _check_user(user: str, password: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
+        raise ConfigError(f"user name {user!r}: use letters, digits, '.', '_' and '-'")
+    if not _ALLOWED_PASSWORD.match(password):
+        raise ConfigError(
+            f"the password of {user!r} must be at least 8 characters of letters, digits "
+            "and punctuation other than quotes, backslash, '#', ',', '=' and brackets"
+        )
 
 
 @dataclass(frozen=True)
