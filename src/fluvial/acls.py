@@ -225,9 +225,9 @@ def check_sink_access(sinks: Iterable[Any]) -> None:
     from fluvial.kafka.security import check_connection
 
     for sink in sinks:
+        check_connection(sink.bootstrap_servers, sink.client_config)
         if not is_secured(sink.client_config):
             continue
-        check_connection(sink.bootstrap_servers, sink.client_config)
         missing = _missing(egress_acls([sink]), set(), sink.bootstrap_servers, sink.client_config)
         if missing:
             raise AuthorizationError(

@@ -56,10 +56,10 @@ def _env_client_config_file() -> Path | None:
 
 
 def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
-    """With security settings, connect once first: a wrong password or CA fails here, clearly."""
-    from fluvial.kafka.security import check_connection, is_secured
+    """Connect once first: a wrong protocol, password or CA fails here, clearly."""
+    from fluvial.kafka.security import check_connection
 
-    if bootstrap and is_secured(settings):
+    if bootstrap:
         check_connection(bootstrap, settings)
 
 
@@ -456,11 +456,9 @@ def reset(
             state_dir = state_dir or Path(app_config.state_dir)
         bootstrap_servers = bootstrap_servers or "127.0.0.1:9092"
         state_dir = state_dir or Path("/tmp/fluvial")
-        if settings:
-            from fluvial.kafka.security import check_connection, is_secured
+        from fluvial.kafka.security import check_connection
 
-            if is_secured(settings):
-                check_connection(bootstrap_servers, settings)
+        check_connection(bootstrap_servers, settings)
         plan = plan_reset(application_id, bootstrap_servers, state_dir, settings,
                           internal_topics=internal)  # fmt: skip
         if dry_run:
@@ -533,10 +531,9 @@ def acls(
         if apply:
             settings_bootstrap, settings = client_settings_or_exit(client_config)
             bootstrap = bootstrap_servers or settings_bootstrap or config.bootstrap_servers
-            from fluvial.kafka.security import check_connection, is_secured
+            from fluvial.kafka.security import check_connection
 
-            if is_secured(settings):
-                check_connection(bootstrap, settings)
+            check_connection(bootstrap, settings)
             count = apply_acls(rules, principal, bootstrap, settings)
             console.print(f"created {count} ACL(s) for {principal} on {bootstrap}")
     except FluvialError as error:

@@ -204,14 +204,95 @@ class AuthorizationError(KafkaSecurityError, StreamsError):
     engines stop the application instead of restarting its workers."""
 
 
+def listener_protocol(address: str, timeout_s: float = 3.0) -> str | None:
+    """The ``security.protocol`` the listener at ``host:port`` speaks, found by asking it, or
+    None when it cannot be told (nothing listens, or no answer in time).
+
+    TLS is tried first (a plaintext listener drops the handshake at once); then a metadata
+    request: only a SASL listener refuses it before authentication, by closing the connection.
+    """
+    host, _, port_text = address.strip().rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        return None
+    host = host.strip("[]") or "127.0.0.1"
+    over_tls = _ask_metadata(host, port, timeout_s, tls=True)
+    if over_tls == "no-tls":
+        plain = _ask_metadata(host, port, timeout_s, tls=False)
+        return {"answered": "PLAINTEXT", "closed": "SASL_PLAINTEXT"}.get(plain)
+    return {"answered": "SSL", "closed": "SASL_SSL"}.get(over_tls)
+
+
+def _ask_metadata(host: str, port: int, timeout_s: float, *, tls: bool) -> str:
+    """Send a metadata request (API key 3, version 0, all topics): "answered", "closed"
+    (the listener hung up), "no-tls" (with ``tls``: the handshake failed), or "unknown"."""
+    import socket
+    import ssl
+    import struct
+
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
+        return "unknown"
+    try:
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # only the protocol is asked here, not trust
+            try:
+                sock = context.wrap_socket(sock)
+            except (ssl.SSLError, ConnectionError):
+                return "no-tls"
+            except OSError:
+                return "unknown"
+        client_id = b"fluvial-protocol-check"
+        body = struct.pack(">hhih", 3, 0, 1, len(client_id)) + client_id + struct.pack(">i", 0)
+        try:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            return "answered" if sock.recv(4) else "closed"
+        except TimeoutError:
+            return "unknown"
+        except OSError:
+            return "closed"
+    finally:
+        sock.close()
+
+
+def check_listener(bootstrap_servers: str, settings: Mapping[str, Any]) -> None:
+    """Refuse at once, naming the setting, a ``security.protocol`` that the listener at the
+    first bootstrap address does not speak: librdkafka would only log disconnects."""
+    configured = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    address = bootstrap_servers.split(",")[0]
+    expected = listener_protocol(address)
+    if expected is None or expected == configured:
+        return
+    needs = {
+        "PLAINTEXT": "",
+        "SSL": " with ssl.ca.location (the CA that signed the brokers' certificates)",
+        "SASL_PLAINTEXT": " with sasl.mechanism, sasl.username and sasl.password",
+        "SASL_SSL": " with sasl.mechanism, sasl.username, sasl.password and ssl.ca.location",
+    }[expected]
+    raise KafkaSecurityError(
+        f"security.protocol is {configured} but the listener at {address} expects {expected}: "
+        f"set security.protocol={expected}{needs} in your client settings (--client-config "
+        f"or {CLIENT_CONFIG_ENV})"
+    )
+
+
 def check_connection(
     bootstrap_servers: str, settings: Mapping[str, Any], timeout_s: float = 20.0
 ) -> None:
-    """Connect once and turn an authentication or TLS failure into a clear error, fast.
+    """Check the listener's protocol; with security settings, also connect once, turning an
+    authentication or TLS failure into a clear error, fast.
 
-    librdkafka retries a failed SASL handshake for ever, so without this check a wrong
-    password looks like a cluster that does not answer.
+    librdkafka retries a failed SASL handshake for ever, and meets a listener of another
+    protocol with disconnects only, so without this check a wrong password or protocol looks
+    like a cluster that does not answer.
     """
+    check_listener(bootstrap_servers, settings)
+    if not is_secured(settings):
+        return
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 

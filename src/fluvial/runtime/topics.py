@@ -118,8 +118,8 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     Against a secured cluster, first check the credentials and the principal's ACLs, so
     either mistake stops the application at once with a clear error.
     """
+    check_connection(config.bootstrap_servers, config.client_config)
     if is_secured(config.client_config):
-        check_connection(config.bootstrap_servers, config.client_config)
         check_access(topology, config)
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
