@@ -17,7 +17,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from fluvial.acls import check_access
+from fluvial.acls import check_access, check_internal_topic_access
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
@@ -124,6 +124,8 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)
+    if is_secured(config.client_config):
+        check_internal_topic_access(topology, config)  # what a first start could not ask
     reconcile_time_retention(admin, plan.internal)
     return plan
 
