@@ -48,6 +48,8 @@ log = logging.getLogger("fluvial.sinks")
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_OFFSETS_TABLE = "fluvial_sink_offsets"
+#: Longest the live lag goes unread while no batch commits.
+LAG_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -389,7 +391,7 @@ class _Runner:
                 deadline = time.monotonic() + sink.commit_interval_ms / 1000
             if not batch and self.stop_at_end and self.at_end >= set(self.partitions):
                 break
-        self._refresh_lag()
+            self._refresh_lag()  # on a timer, batch or not
         return batch
 
     def _consumer_error(self, error: KafkaError) -> FluvialError:
@@ -433,6 +435,7 @@ class _Runner:
             progress.dead_letters += len(outcome.bad)
             progress.batches += 1
             progress.committed = _named(self.committed)
+        self._refresh_lag(now=True)  # what is left once this batch is written
 
     def _rows(self, batch: list[Any]) -> tuple[list[Item], list[Item]]:
         codec = self.sink.codec
@@ -504,15 +507,20 @@ class _Runner:
             sink._progress.committed = _named(self.committed)
         self._assign()
 
-    def _refresh_lag(self) -> None:
-        now = time.monotonic()
-        if now - self._lag_checked < 2.0 or self.consumer is None:
+    def _refresh_lag(self, *, now: bool = False) -> None:
+        """The records between the committed offsets and the logs' ends: after each commit,
+        and every :data:`LAG_INTERVAL_S` between them."""
+        checked = time.monotonic()
+        if self.consumer is None or (not now and checked - self._lag_checked < LAG_INTERVAL_S):
             return
-        self._lag_checked = now
+        self._lag_checked = checked
         lag = 0
         try:
             for tp in self.partitions:
-                _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
+                # The end the last fetch reported (no round trip), else the broker's answer.
+                _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), cached=True)
+                if high < 0:
+                    _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
                 position = self.committed.get(tp)
                 lag += max(0, high - (position or 0))
         except KafkaException:
