@@ -32,6 +32,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from fluvial.config import to_millis
 from fluvial.errors import ConfigError, FluvialError
+from fluvial.sinks import watchdog
 from fluvial.sinks.columns import BadRecord, RowCodec, millis_to_datetime
 from fluvial.sinks.dead_letters import DeadLetters, check_on_bad_row
 from fluvial.sinks.store import (
@@ -279,8 +280,11 @@ class _Runner:
         self.committed: dict[TopicPartition, int | None] = {}
         self.at_end: set[TopicPartition] = set()
         self._lag_checked = 0.0
+        self.watchdog: Any = None
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            watchdog.stop(self.watchdog)
         if self.consumer is not None:
             self.consumer.close()
         if self.dead_letters is not None:
@@ -299,6 +303,10 @@ class _Runner:
                 sink.client_config,
             )  # fmt: skip
         self.store.connect()
+        # Ends a transaction of this sink stuck mid-COPY past the timeout (see its module).
+        self.watchdog = watchdog.start(
+            sink.dsn or "", self.store.application_name, sink.transaction_timeout_ms
+        )
         self.store.prepare()
         self.epoch, self.committed = self.store.claim(self.partitions)
         with sink._lock:
@@ -420,7 +428,9 @@ class _Runner:
             raise FluvialError(
                 f"sink {sink.sink_id!r}: a batch of {len(batch)} records took longer than "
                 f"transaction_timeout_ms={sink.transaction_timeout_ms} and was rolled back: "
-                "raise transaction_timeout_ms or lower max_batch_records"
+                "if the sink's process was paused meanwhile (SIGSTOP, a debugger, a suspended "
+                "machine), start it again as it is; otherwise raise transaction_timeout_ms or "
+                "lower max_batch_records"
             ) from exc
         except (ConnectionLost, psycopg.OperationalError) as exc:
             # The commit may or may not have landed: resume from what the database says.
@@ -480,7 +490,13 @@ class _Runner:
 
     def _reconnect(self, cause: BaseException) -> None:
         sink = self.sink
-        log.warning("sink %s: lost PostgreSQL (%s); reconnecting", sink.sink_id, cause)
+        log.warning(
+            "sink %s: lost PostgreSQL (%s); reconnecting. If this process was paused (SIGSTOP, "
+            "a debugger, a suspended machine), the server ended its transaction after "
+            "transaction_timeout_ms=%d: that batch was rolled back and is written again",
+            sink.sink_id, str(cause).splitlines()[0] if str(cause) else repr(cause),
+            sink.transaction_timeout_ms,
+        )  # fmt: skip
         deadline = time.monotonic() + max(60.0, sink.transaction_timeout_ms / 1000)
         while True:
             try:
