@@ -221,13 +221,7 @@ def check_access(topology: Topology, config: StreamsConfig) -> None:
 
 def check_internal_topic_access(topology: Topology, config: StreamsConfig) -> None:
     """:func:`check_access` of the internal topics' rules again, once the topics exist."""
-    internal = {
-        t.name
-        for t in topology.internal_topics(
-            config.application_id,
-            additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms),
-        )
-    }
+    internal = _internal_topic_names(topology, config)
     if not internal:
         return
     rules = [r for r in derive_acls(topology, config) if r.pattern == "PREFIXED"]
@@ -276,17 +270,21 @@ def missing_acls(
     topology: Topology, config: StreamsConfig, *, timeout_s: float = 30.0
 ) -> list[Missing]:
     """The topic and group rules of :func:`derive_acls` that the principal lacks."""
-    internal = {
+    internal = _internal_topic_names(topology, config)
+    return _missing(
+        derive_acls(topology, config), internal, config.bootstrap_servers, config.client_config,
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def _internal_topic_names(topology: Topology, config: StreamsConfig) -> set[str]:
+    return {
         t.name
         for t in topology.internal_topics(
             config.application_id,
             additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms),
         )
     }
-    return _missing(
-        derive_acls(topology, config), internal, config.bootstrap_servers, config.client_config,
-        timeout_s=timeout_s,
-    )  # fmt: skip
 
 
 def _missing(
