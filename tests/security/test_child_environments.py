@@ -10,6 +10,7 @@ they live; the long-lived children (the query reader, Spark's JVM) are read from
 from __future__ import annotations
 
 import ast
+import os
 import secrets
 import signal
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import fluvial
+from fluvial import children
 from fluvial.kafka import free_port
 from fluvial.kafka.security import write_client_properties
 from fluvial.runtime.server import TOKEN_ENV
@@ -66,6 +68,22 @@ def spawns_outside_the_choke_point() -> list[str]:
 
 def test_every_spawn_goes_through_the_one_environment_rule() -> None:
     assert spawns_outside_the_choke_point() == []
+
+
+def test_a_child_keeps_only_the_secrets_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = {"FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD": "pw", TOKEN_ENV: "tok", "PGPASSWORD": "pg",
+              "AWS_SECRET_ACCESS_KEY": "aws"}  # fmt: skip
+    plain = {"FLUVIAL_KAFKA_CLIENT_SSL_CA_LOCATION": "/ca.pem", "FLUVIAL_TEST_X": "x"}
+    for name, value in {**secret, **plain}.items():
+        monkeypatch.setenv(name, value)
+    tool = children.child_environment()
+    assert not set(secret) & set(tool) and plain.items() <= tool.items()
+    reader = children.child_environment((TOKEN_ENV,))
+    assert set(secret) & set(reader) == {TOKEN_ENV}
+    with children.secrets_withheld(children.fluvial_secret):  # Spark's JVM
+        spark = dict(os.environ)
+    assert set(secret) & set(spark) == {"PGPASSWORD", "AWS_SECRET_ACCESS_KEY"}
+    assert secret.items() <= os.environ.items()  # this process keeps its own
 
 
 # -- observing the real children ------------------------------------------------------------------
