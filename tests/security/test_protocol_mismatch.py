@@ -82,4 +82,6 @@ def test_every_command_that_connects_names_the_protocol(
         assert "security.protocol is PLAINTEXT" in output, f"{name}: {output}"
         assert "expects SASL_SSL" in output, f"{name}: {output}"
         assert "Traceback" not in output and "Disconnected" not in output, f"{name}: {output}"
-        assert took < 30, f"{name} took {took:.1f} s"  # an interpreter's start-up, under load
+        # The refusal itself takes under a second (the test above); what a command adds is
+        # its interpreter's start-up and imports, which took 48 s on a machine loaded 5-fold.
+        assert took < 120, f"{name} took {took:.1f} s"
