@@ -17,9 +17,11 @@ from tests.sinks.test_postgres_sink import BASE, produce
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-# Moments from the start of the process: its interpreter and imports, the checks before the
-# sink claims its partitions, and its running loop (-1: once it says it runs).
-@pytest.mark.parametrize("delay_s", [0.3, 1.0, 2.0, 3.0, -1])
+# Moments from the start of the process: its imports, the checks before the sink claims its
+# partitions, and its running loop (-1: once it says it runs). Not earlier: before the
+# interpreter reaches fluvial's first import (0.3 s was too soon on a machine loaded 5-fold),
+# no Python code can handle a signal.
+@pytest.mark.parametrize("delay_s", [1.0, 2.0, 3.0, -1])
 def test_sigterm_at_any_moment_exits_cleanly(
     bootstrap_servers: str, pg_dsn: str, topic_factory, table_name, tmp_path: Path,
     delay_s: float,
