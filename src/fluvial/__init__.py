@@ -3,6 +3,7 @@
 The public names users need are importable from here; see ``shared/API.md``.
 """
 
+import fluvial.startup  # noqa: F401 - first: a SIGTERM while fluvial starts exits cleanly
 from fluvial import serdes
 from fluvial.config import StreamsConfig
 from fluvial.dsl import (

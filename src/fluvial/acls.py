@@ -3,8 +3,10 @@
 ``fluvial acls APP.py --principal User:NAME`` prints them and ``--apply`` creates them. Before
 an application starts against a secured cluster, :func:`check_access` asks the brokers which
 operations its principal may perform on its topics and groups, so a missing ACL stops it at
-once with the rule to add, before anything is consumed or committed. (Its transactional ids
-are checked right after, when the driver claims its epoch: see :mod:`fluvial.runtime.epoch`.)
+once with every rule to add, before anything is consumed or committed. What cannot be asked
+about is asked of a name under the rule's prefix that is never used (a transactional id, an
+internal topic before the first start creates them); the internal topics' READ and WRITE,
+which a first start cannot tell apart from DESCRIBE, are checked again once they exist.
 
 The egress sinks an APP.py declares (``egress = [PostgresSink(...)]``) run in the same
 process, under the same principal unless they name settings of their own: their rules are
@@ -217,6 +219,18 @@ def check_access(topology: Topology, config: StreamsConfig) -> None:
         raise AuthorizationError(_explain_for_app(config, missing))
 
 
+def check_internal_topic_access(topology: Topology, config: StreamsConfig) -> None:
+    """:func:`check_access` of the internal topics' rules again, once the topics exist."""
+    internal = _internal_topic_names(topology, config)
+    if not internal:
+        return
+    rules = [r for r in derive_acls(topology, config) if r.pattern == "PREFIXED"]
+    rules = [r for r in rules if r.resource_type == "TOPIC"]
+    missing = _missing(rules, internal, config.bootstrap_servers, config.client_config)
+    if missing:
+        raise AuthorizationError(_explain_for_app(config, missing))
+
+
 def check_sink_access(sinks: Iterable[Any]) -> None:
     """Before sinks start (an APP.py's egress, ``fluvial sink postgres``): on a secured
     cluster, check each one's credentials, then the rules of :func:`egress_acls` under its own
@@ -225,9 +239,9 @@ def check_sink_access(sinks: Iterable[Any]) -> None:
     from fluvial.kafka.security import check_connection
 
     for sink in sinks:
+        check_connection(sink.bootstrap_servers, sink.client_config)
         if not is_secured(sink.client_config):
             continue
-        check_connection(sink.bootstrap_servers, sink.client_config)
         missing = _missing(egress_acls([sink]), set(), sink.bootstrap_servers, sink.client_config)
         if missing:
             raise AuthorizationError(
@@ -256,17 +270,21 @@ def missing_acls(
     topology: Topology, config: StreamsConfig, *, timeout_s: float = 30.0
 ) -> list[Missing]:
     """The topic and group rules of :func:`derive_acls` that the principal lacks."""
-    internal = {
+    internal = _internal_topic_names(topology, config)
+    return _missing(
+        derive_acls(topology, config), internal, config.bootstrap_servers, config.client_config,
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def _internal_topic_names(topology: Topology, config: StreamsConfig) -> set[str]:
+    return {
         t.name
         for t in topology.internal_topics(
             config.application_id,
             additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms),
         )
     }
-    return _missing(
-        derive_acls(topology, config), internal, config.bootstrap_servers, config.client_config,
-        timeout_s=timeout_s,
-    )  # fmt: skip
 
 
 def _missing(
@@ -314,6 +332,19 @@ def _missing(
                 if rule.operation == "CREATE":
                     continue  # only needed while the topic does not exist
                 missing.append(Missing(rule, name))
+    if internal and not internal & existing:
+        # A first start: no internal topic to ask about yet. Ask for each prefixed rule on a
+        # topic name under the prefix that is never created.
+        prefixed = [r for r in rules if r.resource_type == "TOPIC" and r.pattern == "PREFIXED"]
+        for rule in prefixed:
+            probe = f"{rule.name}{PROBE_SUFFIX}"
+            if _refused(admin, rule.operation, probe, timeout_s):
+                missing.append(Missing(rule, rule.name))
+    for rule in rules:
+        if rule.resource_type == "TRANSACTIONAL_ID" and _transactions_refused(
+            bootstrap, client_config, f"{rule.name}{PROBE_SUFFIX}", timeout_s
+        ):
+            missing.append(Missing(rule, rule.name))
     for rule in rules:
         if rule.resource_type != "GROUP":
             continue
@@ -328,6 +359,74 @@ def _missing(
             if "AUTHORIZATION" in error.args[0].name():
                 missing.append(Missing(rule, rule.name))
     return missing
+
+
+#: Names under an application's prefixes that the start asks about and never creates.
+PROBE_SUFFIX = "fluvial-acl-check"
+
+_REFUSED = ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED")
+
+
+def _refused(admin: Any, operation: str, topic: str, timeout_s: float) -> bool:
+    """Whether the brokers refuse ``operation`` on ``topic``, a topic that does not exist: each
+    request below is authorized before the topic is looked up, and none changes anything
+    (validate-only, or about a topic that is not there). READ, WRITE and DELETE imply
+    DESCRIBE, so a refused DESCRIBE means they are missing; a granted one cannot tell them
+    apart until the topics exist (the start asks again then)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        if operation == "CREATE":
+            futures = admin.create_topics(
+                [NewTopic(topic, 1, 1)], validate_only=True, request_timeout=timeout_s
+            )
+        elif operation == "DESCRIBE_CONFIGS":
+            futures = admin.describe_configs([resource], request_timeout=timeout_s)
+        elif operation == "ALTER_CONFIGS":
+            resource = ConfigResource(
+                ResourceType.TOPIC, topic,
+                incremental_configs=[
+                    ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET)
+                ],
+            )  # fmt: skip
+            futures = admin.incremental_alter_configs(
+                [resource], validate_only=True, request_timeout=timeout_s
+            )
+        else:
+            from confluent_kafka import TopicCollection
+
+            futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        for future in futures.values():
+            future.result()
+    except KafkaException as error:
+        return error.args[0].name() in _REFUSED
+    return False
+
+
+def _transactions_refused(
+    bootstrap: str, client_config: Mapping[str, Any], transactional_id: str, timeout_s: float
+) -> bool:
+    """Whether the brokers refuse a transactional id under the rule's prefix (one that the
+    application never uses, so that no producer of its own is fenced by the question)."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, **client_config, "transactional.id": transactional_id,
+         "log_level": 0}  # a refusal is reported here, not logged as a fatal error
+    )  # fmt: skip
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as error:
+        return error.args[0].name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    return False
 
 
 def _transactional_rules(config: StreamsConfig) -> list[AclRule]:
@@ -412,8 +511,10 @@ def authorization_error(
     text = _chain_text(failure)
     lowered = text.lower()
     denied = any(code in text for code in AUTHORIZATION_ERRORS) or "authorization failed" in lowered
-    hidden = is_secured(config.client_config) and (
-        "failed delivery" in lowered or "timed out" in lowered
+    # A refused produce also surfaces as the records the aborted transaction purged.
+    hidden = is_secured(config.client_config) and any(
+        marker in lowered
+        for marker in ("failed delivery", "timed out", "purged", "could not be produced")
     )
     if not denied and not hidden:
         return None
@@ -425,7 +526,8 @@ def authorization_error(
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in text
         or "transactional id authorization" in lowered
     ):
-        missing += [Missing(rule, rule.name) for rule in _transactional_rules(config)]
+        known = {m.rule for m in missing}
+        missing += [Missing(r, r.name) for r in _transactional_rules(config) if r not in known]
     if missing:
         found = " (found while running)" if running else ""
         return AuthorizationError(_explain_for_app(config, missing, while_running=found))

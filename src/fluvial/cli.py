@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from fluvial import children
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
@@ -56,10 +56,10 @@ def _env_client_config_file() -> Path | None:
 
 
 def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
-    """With security settings, connect once first: a wrong password or CA fails here, clearly."""
-    from fluvial.kafka.security import check_connection, is_secured
+    """Connect once first: a wrong protocol, password or CA fails here, clearly."""
+    from fluvial.kafka.security import check_connection
 
-    if bootstrap and is_secured(settings):
+    if bootstrap:
         check_connection(bootstrap, settings)
 
 
@@ -146,6 +146,45 @@ def kafka_start(
         _fail(error)
 
 
+@kafka_app.command("add-user")
+def kafka_add_user(
+    name: Annotated[str, typer.Argument(help="The SCRAM user's name (its principal: User:NAME).")],
+    data_dir: DataDirOption = None,
+    port: PortOption = DEFAULT_PORT,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file whose first line is the password (default: $FLUVIAL_KAFKA_USER_PASSWORD)."
+            " Never on the command line."
+        ),
+    ] = None,
+) -> None:
+    """Add a SCRAM user to a running --secure cluster (or set an existing user's password)."""
+    from fluvial.kafka.security import read_user_password
+
+    try:
+        password = read_user_password(name, password_file)
+        cluster = _cluster(data_dir, port)
+        if not cluster.secure:
+            raise FluvialError(
+                f"the cluster in {cluster.data_dir} is not --secure: it has no users to add"
+            )
+        if not cluster.is_running():
+            raise FluvialError(
+                f"the cluster in {cluster.data_dir} is not running: start it with "
+                "'fluvial kafka start --secure' first"
+            )
+        cluster.add_users({name: password})
+    except FluvialError as error:
+        _fail(error)
+    console.print(
+        f"user {name!r} is ready (principal User:{name}); it holds no ACLs yet: grant them "
+        "with 'fluvial acls APP.py --principal User:" + name + " --apply'",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @kafka_app.command("stop")
 def kafka_stop(data_dir: DataDirOption = None, port: PortOption = DEFAULT_PORT) -> None:
     """Stop a local cluster; its data directory is kept for the next start."""
@@ -192,7 +231,7 @@ def kafka_logs(
     if not path.exists():
         _fail(FluvialError(f"no log at {path}: has this cluster been started?"))
     if follow:
-        subprocess.run(["tail", "-n", str(lines), "-F", str(path)], check=False)
+        children.run(["tail", "-n", str(lines), "-F", str(path)], check=False)
     else:
         sys.stdout.write("".join(path.read_text(errors="replace").splitlines(True)[-lines:]))
 
@@ -437,11 +476,9 @@ def reset(
             state_dir = state_dir or Path(app_config.state_dir)
         bootstrap_servers = bootstrap_servers or "127.0.0.1:9092"
         state_dir = state_dir or Path("/tmp/fluvial")
-        if settings:
-            from fluvial.kafka.security import check_connection, is_secured
+        from fluvial.kafka.security import check_connection
 
-            if is_secured(settings):
-                check_connection(bootstrap_servers, settings)
+        check_connection(bootstrap_servers, settings)
         plan = plan_reset(application_id, bootstrap_servers, state_dir, settings,
                           internal_topics=internal)  # fmt: skip
         if dry_run:
@@ -514,10 +551,9 @@ def acls(
         if apply:
             settings_bootstrap, settings = client_settings_or_exit(client_config)
             bootstrap = bootstrap_servers or settings_bootstrap or config.bootstrap_servers
-            from fluvial.kafka.security import check_connection, is_secured
+            from fluvial.kafka.security import check_connection
 
-            if is_secured(settings):
-                check_connection(bootstrap, settings)
+            check_connection(bootstrap, settings)
             count = apply_acls(rules, principal, bootstrap, settings)
             console.print(f"created {count} ACL(s) for {principal} on {bootstrap}")
     except FluvialError as error:

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from fluvial import KeyValue, StreamsBuilder, StreamsConfig, TimeWindows, serdes
+from fluvial import KeyValue, StreamsBuilder, StreamsConfig, TimeWindows, children, serdes
 
 INPUT = "pageview-events"
 OUTPUT = "pageview-windowed-counts"
@@ -115,9 +115,11 @@ class Pipeline:
                "--commit-interval-ms", "500", "--bootstrap-servers", self.bootstrap,
                "--application-id", self.app_id, "--state-dir", str(self.workdir / "state"),
                "--quiet"]  # fmt: skip
-        env = {**os.environ, "FLUVIAL_SPARK_LEASE_MS": str(LEASE_MS)}
+        env = {"FLUVIAL_SPARK_LEASE_MS": str(LEASE_MS)}
         log = open(self.workdir / f"pipeline-{self.runs}.log", "wb")  # noqa: SIM115 - child owns it
-        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = children.popen(
+            cmd, keep=children.own_secrets(), extra_env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
 
     def slot_worker_pid(self) -> int | None:

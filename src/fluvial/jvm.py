@@ -7,10 +7,10 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
+from fluvial import children
 from fluvial.errors import KafkaSetupError
 
 MIN_JAVA = 17
@@ -42,7 +42,7 @@ def java_executable() -> str:
             f"Java {MIN_JAVA}+ is required to run Kafka and Spark but no 'java' was found: "
             "install OpenJDK 17 (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
         )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    out = children.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(match.group(1)) if match else 0
     if major == 1 and match and match.group(2):  # "1.8.0" style
@@ -104,7 +104,7 @@ def _run_maven(pom: bytes, target: Path) -> None:
         settings = target / "settings.xml"
         settings.write_text(_CENTRAL_ONLY_SETTINGS)
         cmd += ["-s", str(settings)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = children.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         errors = [line for line in result.stdout.splitlines() if "ERROR" in line][:3]
         raise KafkaSetupError(

@@ -31,7 +31,12 @@ from tests.event_times import event_time_base_ms
 from tests.runtime.harness import APP, Runner, SparkRunner, generate_views, wait_until
 from tests.security import secure_io
 from tests.security.conftest import SecureCluster
-from tests.security.test_secured_cluster import app_env, assert_no_secrets, error_within_30s
+from tests.security.test_secured_cluster import (
+    app_env,
+    assert_no_secrets,
+    error_within_30s,
+    fluvial_cli,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -183,3 +188,38 @@ def test_an_acl_revoked_while_running_stops_the_application_within_30s(
         # input offsets with its repartition records.)
         assert app.committed_input() < 0
     assert_no_secrets(secure_cluster, {"run output": output})
+
+
+@pytest.mark.timeout(300)
+def test_a_principal_without_acls_is_told_every_rule_at_once(
+    secure_cluster: SecureCluster, unique_name, tmp_path: Path
+) -> None:
+    """The prefixed internal-topic rules and the transactional ids included, on a first start
+    (no internal topic exists yet), in one message: not one refusal per attempt."""
+    app = App(secure_cluster, unique_name, tmp_path / "state")
+    assert len(app.rules) == 12
+    runner = app.runner("local")
+    runner.start()
+    code, output = error_within_30s(runner, "is not authorized")
+    assert code != 0
+    for rule in app.rules:
+        app.assert_names_the_rule(output, rule)
+    assert output.count("is not authorized") == 1, output
+    assert_no_secrets(secure_cluster, {"run output": output})
+
+
+def test_a_sink_without_acls_is_told_every_rule_at_once(
+    secure_cluster: SecureCluster, unique_name, tmp_path: Path
+) -> None:
+    user = secure_cluster.new_user("sink")
+    topic = secure_cluster.create_topic(unique_name("to-sink"))
+    result = fluvial_cli(
+        "sink", "postgres", "--topic", topic, "--table", "t", "--sink-id", "acl-check",
+        "--dsn", "postgresql://127.0.0.1:1/none", "--quiet",
+        env={"FLUVIAL_KAFKA_CLIENT_CONFIG": str(secure_cluster.properties_file(user))},
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert f"User:{user} is not authorized" in output, output
+    assert f"READ on topic '{topic}'" in output, output
+    assert "DESCRIBE on group 'fluvial-sink-acl-check'" in output, output

@@ -14,11 +14,14 @@ from confluent_kafka.admin import AdminClient
 from fluvial.kafka import free_port
 from fluvial.kafka.security import (
     ADMIN_PASSWORD_ENV,
+    NEW_USER_PASSWORD_ENV,
     SCRAM_MECHANISM,
     KafkaSecurityError,
     check_connection,
 )
+from fluvial.runtime.server import TOKEN_ENV
 from tests.kafka.test_cli_kafka import fluvial, java_processes_using
+from tests.security.test_child_environments import holding, java_home_wrapper, recorded
 
 # Making the CA and the broker's certificate, then a JVM start, on a loaded machine.
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -81,6 +84,16 @@ def test_secure_start_prints_settings_that_connect_and_never_a_password(
     reader_password = secrets.token_urlsafe(18)
     passwords = [admin_password, reader_password]
     monkeypatch.delenv(ADMIN_PASSWORD_ENV, raising=False)
+    # Every java and keytool the CLI runs records the environment it was given; secrets of
+    # other kinds sit in the CLI's environment beside the admin's.
+    java_home, records = java_home_wrapper(tmp_path)
+    monkeypatch.setenv("JAVA_HOME", str(java_home))
+    other_secrets = {
+        "FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD": secrets.token_urlsafe(18),
+        TOKEN_ENV: secrets.token_urlsafe(18),
+    }
+    for name, value in other_secrets.items():
+        monkeypatch.setenv(name, value)
     if source == "file":
         credentials = tmp_path / "credentials"
         credentials.write_text(f"admin={admin_password}\nreader={reader_password}\n")
@@ -129,6 +142,25 @@ def test_secure_start_prints_settings_that_connect_and_never_a_password(
         assert f"127.0.0.1:{port}" in listening, listening
         assert {address.rpartition(":")[0] for address in listening} == {"127.0.0.1"}, listening
 
+        # A user added to the running cluster, its password from a file, then changed from the
+        # environment: it connects with the password it was last given.
+        password_file = tmp_path / "app.password"
+        password_file.write_text(secrets.token_urlsafe(18) + "\n")
+        added = fluvial("kafka", "add-user", "app", *where, "--password-file", str(password_file))
+        outputs["add-user from a file"] = added.stdout + added.stderr
+        assert added.returncode == 0 and "User:app" in added.stderr, added.stderr
+        app_password = secrets.token_urlsafe(18)
+        passwords.append(app_password)
+        monkeypatch.setenv(NEW_USER_PASSWORD_ENV, app_password)
+        changed = fluvial("kafka", "add-user", "app", *where)
+        outputs["add-user from the environment"] = changed.stdout + changed.stderr
+        assert changed.returncode == 0, changed.stderr
+        check_connection(bootstrap, {**settings, "sasl.username": "app",
+                                     "sasl.password": app_password})  # fmt: skip
+        monkeypatch.setenv(NEW_USER_PASSWORD_ENV, "short")
+        refused = fluvial("kafka", "add-user", "app", *where)
+        assert refused.returncode == 1 and "at least 8 characters" in refused.stderr
+
         again = fluvial("kafka", "start", "--secure", *where)
         outputs["second start"] = again.stdout + again.stderr
         assert again.returncode == 0 and "already running" in again.stderr, again.stderr
@@ -142,6 +174,13 @@ def test_secure_start_prints_settings_that_connect_and_never_a_password(
         outputs["stop"] = stop.stdout + stop.stderr
     assert stop.returncode == 0, stop.stderr
     assert java_processes_using(data_dir) == [], "stop leaves no broker behind"
+
+    # java -version, seven keytool runs, the storage-format JVM and the broker, each seen.
+    seen = recorded(records)
+    assert sum(name.startswith("keytool-") for name in seen) == 7, seen.keys()
+    assert sum(name.startswith("java-") for name in seen) >= 3, seen.keys()
+    every_secret = {ADMIN_PASSWORD_ENV: admin_password, **other_secrets}
+    assert holding(seen, every_secret) == [], "no child of kafka start holds a secret"
 
     for path in data_dir.rglob("*.log"):  # the brokers' logs and their stdout
         outputs[str(path)] = path.read_text(errors="replace")

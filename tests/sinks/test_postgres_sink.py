@@ -467,3 +467,29 @@ def test_an_existing_table_without_the_sinks_columns_or_key_is_refused(
                      mode="upsert", value_serde="long").run(stop_at_end=True)  # fmt: skip
     with pytest.raises(psycopg.Error):
         query(pg_dsn, "SELECT 1 FROM no_such_table")
+
+
+def test_the_live_lag_reaches_zero_once_everything_is_written(
+    bootstrap_servers: str, pg_dsn: str, topic_factory, table_name
+) -> None:
+    """Read after each commit (and on a timer between commits): never the backlog of before
+    the last batch."""
+    topic = topic_factory("views", partitions=2)
+    produce(bootstrap_servers, topic, [(b"k%d" % i, b"v", BASE + i) for i in range(200)])
+    sink = PostgresSink(topic, table=table_name("views"), dsn=pg_dsn,
+                        bootstrap_servers=bootstrap_servers, commit_interval_ms=50)  # fmt: skip
+    thread = threading.Thread(target=sink.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sink.progress().rows_written < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sink.progress().rows_written == 200
+        written = time.monotonic()
+        while sink.progress().lag != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sink.progress().lag == 0
+        assert time.monotonic() - written < 5  # after the commit, not seconds later
+    finally:
+        sink.stop()
+        thread.join(60)

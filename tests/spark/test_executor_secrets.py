@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from fluvial import children
 from fluvial.errors import ConfigError
 from fluvial.kafka.security import is_secret_variable
-from fluvial.spark import session
 from fluvial.spark.queries import SlotEndpoint
 from fluvial.spark.slots import EXECUTOR_STATE_DIR_ENV, AppSource, LeasePlan, _topology
 
@@ -114,7 +114,7 @@ def test_spark_starts_without_fluvials_secrets_in_its_environment(
     environment. The driver keeps its own."""
     for name, value in {**SECRETS, **SETTINGS, "AWS_SECRET_ACCESS_KEY": "s3"}.items():
         monkeypatch.setenv(name, value)
-    with session._secrets_withheld():
+    with children.secrets_withheld(children.fluvial_secret):  # as local_spark_session does
         inherited = dict(os.environ)
     assert not set(SECRETS) & set(inherited)
     assert {**SETTINGS, "AWS_SECRET_ACCESS_KEY": "s3"}.items() <= inherited.items()

@@ -67,7 +67,6 @@ def _security(
         CLIENT_CONFIG_ENV,
         check_connection,
         client_settings,
-        is_secured,
         split_bootstrap,
     )
 
@@ -79,7 +78,7 @@ def _security(
                 "client settings are for an existing cluster: give its bootstrap servers "
                 "(--bootstrap-servers, or bootstrap.servers in the settings file)"
             )
-        if bootstrap and is_secured(settings):
+        if bootstrap:
             check_connection(bootstrap, settings)
     except FluvialError as error:
         console.print(f"[bold red]error:[/] {error}", highlight=False)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from datetime import UTC, datetime
 from typing import Any
+
+from fluvial import children
 
 
 def machine() -> dict[str, Any]:
@@ -36,7 +37,7 @@ def versions() -> dict[str, str]:
 
     java = ""
     try:
-        out = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+        out = children.run(["java", "-version"], capture_output=True, text=True).stderr
         java = out.splitlines()[0] if out else ""
     except OSError:
         pass

@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
+from fluvial import children
 from fluvial.bench.measure import (
     LatencyReader,
     ProcessTree,
@@ -74,7 +75,7 @@ class Pinning:
     def pin_process(self, pid: int) -> None:
         """Move every thread of ``pid`` to the CPUs beside the system under test's."""
         if self.active:
-            subprocess.run(
+            children.run(
                 [self.taskset, "-a", "-p", "-c", self.other_cpus, str(pid)],
                 check=True, stdout=subprocess.DEVNULL,
             )  # fmt: skip
@@ -229,8 +230,8 @@ class Launched:
         with open(self.log_path, "wb") as log:
             # A session of its own, so that stopping it reaches every process it started
             # (Spark's JVM and Python workers) and nothing else.
-            self.proc = subprocess.Popen(
-                PINNING.wrap(cmd), env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
+            self.proc = children.popen(
+                PINNING.wrap(cmd), **child_env(env), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=spec.work_dir,
             )  # fmt: skip
         self.tree = ProcessTree(self.proc.pid)
@@ -244,7 +245,7 @@ class Launched:
             if spy is None:
                 raise RuntimeError("--profile needs py-spy: run 'uv sync --group bench'")
             spec.profile_to.parent.mkdir(parents=True, exist_ok=True)
-            self.profiler = subprocess.Popen(
+            self.profiler = children.popen(
                 [spy, "record", "--pid", str(self.proc.pid), "--format", "raw", "--rate", "200",
                  "--output", str(spec.profile_to)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

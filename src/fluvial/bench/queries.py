@@ -46,6 +46,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from fluvial import children
+from fluvial.bench.systems import child_env
 from fluvial.kafka.admin import TopicSpec, create_topics
 
 APP = Path(__file__).parent / "apps" / "served_app.py"
@@ -300,7 +302,7 @@ def _run_once(
     """One ``fluvial run --serve`` over the pre-loaded input, with ``clients`` query clients."""
     app_id = f"bench-iq-{uuid.uuid4().hex[:8]}"
     port = _free_port()
-    env = {**os.environ, "FLUVIAL_BENCH_INPUT": topic, "FLUVIAL_BENCH_OUTPUT": f"{topic}-out",
+    env = {"FLUVIAL_BENCH_INPUT": topic, "FLUVIAL_BENCH_OUTPUT": f"{topic}-out",
            "FLUVIAL_BENCH_APP_ID": app_id, "FLUVIAL_BENCH_BOOTSTRAP": bootstrap,
            "FLUVIAL_BENCH_STATE_DIR": str(work / app_id)}  # fmt: skip
     if client_config_file is not None:  # fluvial run reads its client settings from there
@@ -318,7 +320,7 @@ def _run_once(
         # clients get every core, as on a host of their own.
         cmd = ["taskset", "-c", ",".join(map(str, all_cpus)), *cmd]
     log = open(work / f"{app_id}.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = children.popen(cmd, **child_env(env), stdout=log, stderr=subprocess.STDOUT)
     broker = _listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
     expected = 2 * records  # every view passes both sub-topologies (all are long views)
     workers: list[Any] = []
@@ -341,8 +343,8 @@ def _run_once(
                 continue
             progress.append((time.monotonic(), done))
             if done > 0 and not cpu:
-                children = _children(proc.pid)
-                reader = children[0] if children else None
+                child_pids = _children(proc.pid)
+                reader = child_pids[0] if child_pids else None
                 cpu = {"app": _cpu_seconds(proc.pid), "reader": _cpu_seconds(reader),
                        "broker": _cpu_seconds(broker)}  # fmt: skip
                 if clients:

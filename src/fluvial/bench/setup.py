@@ -8,10 +8,10 @@ the fluvial cache, made with uv and pinned to the versions below. Installing is 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from fluvial import children
 from fluvial.errors import FluvialError
 from fluvial.jvm import _CENTRAL_ONLY_SETTINGS, cache_dir, java_executable, maven_executable
 
@@ -53,7 +53,7 @@ def peer_python(peer: str, *, install: bool = True) -> Path:
         [uv, "pip", "install", "-q", "--python", str(python), f"{package}=={version}"],
     ]
     for step in steps:
-        result = subprocess.run(step, capture_output=True, text=True)
+        result = children.run(step, capture_output=True, text=True)
         if result.returncode != 0:
             raise PeerSetupError(
                 f"installing {package}=={version} failed ({' '.join(step)}):\n"
@@ -82,7 +82,7 @@ def reference_jar() -> Path:
         settings.parent.mkdir(parents=True, exist_ok=True)
         settings.write_text(_CENTRAL_ONLY_SETTINGS)
         cmd += ["-s", str(settings)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = children.run(cmd, capture_output=True, text=True)
     if result.returncode != 0 or not REFERENCE_JAR.exists():
         raise PeerSetupError(
             "building the Kafka Streams reference app failed:\n"

@@ -8,13 +8,14 @@ harness's producer and monitor.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from fluvial.bench import setup
+from fluvial.children import own_secrets
 from fluvial.jvm import java_executable
 
 APPS = Path(__file__).parent / "apps"
@@ -394,8 +395,8 @@ PEER_NAMES = (
 )  # fmt: skip
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {**os.environ, **extra}
-    # The peers' interpreters have virtual environments of their own, not the project's.
-    env.pop("VIRTUAL_ENV", None)
-    return env
+def child_env(extra: dict[str, str]) -> dict[str, Any]:
+    """The environment arguments of :func:`fluvial.children.popen` for a system under test:
+    fluvial's secrets kept (it connects as fluvial does), ``extra`` over them, and no
+    ``VIRTUAL_ENV`` (the peers' interpreters have virtual environments of their own)."""
+    return {"keep": own_secrets(), "extra_env": extra, "drop_env": ("VIRTUAL_ENV",)}

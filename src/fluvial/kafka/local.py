@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
+from fluvial import children
 from fluvial.errors import KafkaSetupError
 from fluvial.jvm import classpath, java_executable, resolve_jars
 from fluvial.kafka import security
@@ -449,7 +450,7 @@ class LocalKafka:
             "-c", str(node_dir / "server.properties"), "--ignore-formatted",
         ]  # fmt: skip
         if not cluster.secure:
-            result = subprocess.run([java, *args], capture_output=True, text=True)
+            result = children.run([java, *args], capture_output=True, text=True)
         else:
             # The admin's SCRAM credential is bootstrapped into the metadata log at format
             # time. The java launcher reads it from an argument file, so the password never
@@ -464,7 +465,7 @@ class LocalKafka:
                 argfile, "\n".join(f'"{a}"' for a in [*args, "--add-scram", scram])
             )
             try:
-                result = subprocess.run([java, f"@{argfile}"], capture_output=True, text=True)
+                result = children.run([java, f"@{argfile}"], capture_output=True, text=True)
             finally:
                 argfile.unlink(missing_ok=True)
         if result.returncode != 0:
@@ -482,12 +483,11 @@ class LocalKafka:
             f"-Dkafka.logs.dir={node_dir}",
             "-cp", cp, "kafka.Kafka", str(node_dir / "server.properties"),
         ]  # fmt: skip
-        # The broker's own secrets are in server.properties (mode 0600); a long-lived process
-        # must not also hold the ones the CLI read from its environment.
-        env = {k: v for k, v in os.environ.items() if not security.is_secret_variable(k)}
+        # The broker's own secrets are in server.properties (mode 0600): it needs none of the
+        # ones the CLI read from its environment.
         with open(node_dir / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            proc = children.popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C in the terminal must not kill the broker
             )  # fmt: skip
         (node_dir / "broker.pid").write_text(str(proc.pid))

@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -29,6 +28,8 @@ CLIENT_CONFIG_ENV = "FLUVIAL_KAFKA_CLIENT_CONFIG"
 CLIENT_SETTING_ENV_PREFIX = "FLUVIAL_KAFKA_CLIENT_"
 #: The local secured cluster's admin password, when no credentials file is given.
 ADMIN_PASSWORD_ENV = "FLUVIAL_KAFKA_ADMIN_PASSWORD"
+#: The password of a user ``fluvial kafka add-user`` adds, when no password file is given.
+NEW_USER_PASSWORD_ENV = "FLUVIAL_KAFKA_USER_PASSWORD"
 
 # "dsn": a database connection string may carry a password.
 _SECRET_MARKERS = ("password", "secret", "key", "token", "credentials", "jaas", "pem", "dsn")
@@ -203,14 +204,95 @@ class AuthorizationError(KafkaSecurityError, StreamsError):
     engines stop the application instead of restarting its workers."""
 
 
+def listener_protocol(address: str, timeout_s: float = 3.0) -> str | None:
+    """The ``security.protocol`` the listener at ``host:port`` speaks, found by asking it, or
+    None when it cannot be told (nothing listens, or no answer in time).
+
+    TLS is tried first (a plaintext listener drops the handshake at once); then a metadata
+    request: only a SASL listener refuses it before authentication, by closing the connection.
+    """
+    host, _, port_text = address.strip().rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        return None
+    host = host.strip("[]") or "127.0.0.1"
+    over_tls = _ask_metadata(host, port, timeout_s, tls=True)
+    if over_tls == "no-tls":
+        plain = _ask_metadata(host, port, timeout_s, tls=False)
+        return {"answered": "PLAINTEXT", "closed": "SASL_PLAINTEXT"}.get(plain)
+    return {"answered": "SSL", "closed": "SASL_SSL"}.get(over_tls)
+
+
+def _ask_metadata(host: str, port: int, timeout_s: float, *, tls: bool) -> str:
+    """Send a metadata request (API key 3, version 0, all topics): "answered", "closed"
+    (the listener hung up), "no-tls" (with ``tls``: the handshake failed), or "unknown"."""
+    import socket
+    import ssl
+    import struct
+
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
+        return "unknown"
+    try:
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # only the protocol is asked here, not trust
+            try:
+                sock = context.wrap_socket(sock)
+            except (ssl.SSLError, ConnectionError):
+                return "no-tls"
+            except OSError:
+                return "unknown"
+        client_id = b"fluvial-protocol-check"
+        body = struct.pack(">hhih", 3, 0, 1, len(client_id)) + client_id + struct.pack(">i", 0)
+        try:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            return "answered" if sock.recv(4) else "closed"
+        except TimeoutError:
+            return "unknown"
+        except OSError:
+            return "closed"
+    finally:
+        sock.close()
+
+
+def check_listener(bootstrap_servers: str, settings: Mapping[str, Any]) -> None:
+    """Refuse at once, naming the setting, a ``security.protocol`` that the listener at the
+    first bootstrap address does not speak: librdkafka would only log disconnects."""
+    configured = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    address = bootstrap_servers.split(",")[0]
+    expected = listener_protocol(address)
+    if expected is None or expected == configured:
+        return
+    needs = {
+        "PLAINTEXT": "",
+        "SSL": " with ssl.ca.location (the CA that signed the brokers' certificates)",
+        "SASL_PLAINTEXT": " with sasl.mechanism, sasl.username and sasl.password",
+        "SASL_SSL": " with sasl.mechanism, sasl.username, sasl.password and ssl.ca.location",
+    }[expected]
+    raise KafkaSecurityError(
+        f"security.protocol is {configured} but the listener at {address} expects {expected}: "
+        f"set security.protocol={expected}{needs} in your client settings (--client-config "
+        f"or {CLIENT_CONFIG_ENV})"
+    )
+
+
 def check_connection(
     bootstrap_servers: str, settings: Mapping[str, Any], timeout_s: float = 20.0
 ) -> None:
-    """Connect once and turn an authentication or TLS failure into a clear error, fast.
+    """Check the listener's protocol; with security settings, also connect once, turning an
+    authentication or TLS failure into a clear error, fast.
 
-    librdkafka retries a failed SASL handshake for ever, so without this check a wrong
-    password looks like a cluster that does not answer.
+    librdkafka retries a failed SASL handshake for ever, and meets a listener of another
+    protocol with disconnects only, so without this check a wrong password or protocol looks
+    like a cluster that does not answer.
     """
+    check_listener(bootstrap_servers, settings)
+    if not is_secured(settings):
+        return
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
@@ -331,14 +413,41 @@ def read_credentials(
     if admin not in passwords:
         raise ConfigError(f"the credentials name no password for the admin user {admin!r}")
     for user, password in passwords.items():
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
-            raise ConfigError(f"user name {user!r}: use letters, digits, '.', '_' and '-'")
-        if not _ALLOWED_PASSWORD.match(password):
-            raise ConfigError(
-                f"the password of {user!r} must be at least 8 characters of letters, digits "
-                "and punctuation other than quotes, backslash, '#', ',', '=' and brackets"
-            )
+        _check_user(user, password)
     return Credentials(admin, passwords)
+
+
+def read_user_password(
+    user: str, path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> str:
+    """The password of a new user: the first line of ``path``, else
+    ``$FLUVIAL_KAFKA_USER_PASSWORD``; never a command-line argument (``ps`` would show it)."""
+    env = os.environ if env is None else env
+    if path is not None:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as error:
+            raise ConfigError(f"cannot read the password file {path}: {error.strerror}") from None
+        password = lines[0].strip() if lines else ""
+    else:
+        password = env.get(NEW_USER_PASSWORD_ENV, "")
+    if not password:
+        raise ConfigError(
+            f"no password for {user!r}: give --password-file FILE (the password on its first "
+            f"line) or set {NEW_USER_PASSWORD_ENV}"
+        )
+    _check_user(user, password)
+    return password
+
+
+def _check_user(user: str, password: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
+        raise ConfigError(f"user name {user!r}: use letters, digits, '.', '_' and '-'")
+    if not _ALLOWED_PASSWORD.match(password):
+        raise ConfigError(
+            f"the password of {user!r} must be at least 8 characters of letters, digits "
+            "and punctuation other than quotes, backslash, '#', ',', '=' and brackets"
+        )
 
 
 @dataclass(frozen=True)
@@ -383,6 +492,8 @@ def ensure_tls(directory: Path, java: str) -> TlsFiles:
     Store passwords are read by keytool from a file (``-storepass:file``), never from its
     command line.
     """
+    from fluvial import children
+
     tls = TlsFiles(directory)
     if tls.ca_pem.exists() and tls.keystore.exists() and tls.store_password_file.exists():
         return tls
@@ -415,7 +526,7 @@ def ensure_tls(directory: Path, java: str) -> TlsFiles:
          "-keystore", str(tls.keystore), *pw],
     ]  # fmt: skip
     for step in steps:
-        result = subprocess.run([keytool, *step], capture_output=True, text=True)
+        result = children.run([keytool, *step], capture_output=True, text=True)
         if result.returncode != 0:
             raise KafkaSetupError(
                 f"keytool {step[0]} failed while making the local CA in {directory}: "

@@ -52,6 +52,7 @@ from urllib.parse import quote
 
 import httpx
 
+from fluvial import children
 from fluvial.errors import StreamsError
 from fluvial.processor.collector import TaskId
 from fluvial.processor.stores import create_store_stack
@@ -429,8 +430,9 @@ class ReaderProcess:
     def start(self) -> None:
         """Start the process; it serves once :meth:`wait_ready` returns."""
         shutil.rmtree(self.secondary_root, ignore_errors=True)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "fluvial.runtime.reader"],
+        # It never talks to Kafka: of the secrets, it keeps only the token it checks.
+        self._proc = children.popen(
+            [sys.executable, "-m", "fluvial.runtime.reader"], keep=(TOKEN_ENV,),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.sock.fileno(),),
             # Its own process group: a Ctrl-C at the terminal goes to the application, which
             # stops the reader when it is done. The same session, so the same CPU share.

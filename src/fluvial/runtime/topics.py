@@ -17,7 +17,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from fluvial.acls import check_access
+from fluvial.acls import check_access, check_internal_topic_access
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
@@ -154,12 +154,14 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     Against a secured cluster, first check the credentials and the principal's ACLs, so
     either mistake stops the application at once with a clear error.
     """
+    check_connection(config.bootstrap_servers, config.client_config)
     if is_secured(config.client_config):
-        check_connection(config.bootstrap_servers, config.client_config)
         check_access(topology, config)
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)
+    if is_secured(config.client_config):
+        check_internal_topic_access(topology, config)  # what a first start could not ask
     reconcile_time_retention(admin, plan.internal)
     return plan
 

@@ -109,6 +109,12 @@ def postgres(
     On a secured Kafka, give the client settings as fluvial run does (--client-config or
     FLUVIAL_KAFKA_CLIENT_* variables); the credentials and the ACLs are checked first.
     """
+    # A stop while the checks below run (a connection, the ACLs) waits for them to end, then
+    # exits before the sink starts: nothing is claimed or written.
+    stop_requested = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop_requested.set())
+
     from fluvial.acls import check_sink_access
     from fluvial.sinks import PostgresSink
 
@@ -131,12 +137,24 @@ def postgres(
         check_sink_access([sink])  # a wrong password or a missing ACL fails here, clearly
     except (FluvialError, ValueError) as error:
         _fail(error)
-    code = run_sink(sink, stop_at_end=stop_at_end, live=not quiet, console=console)
+    if stop_requested.is_set():
+        console.print("fluvial sink: stopped before it started; nothing was written")
+        raise typer.Exit(code=0)
+    code = run_sink(sink, stop_at_end=stop_at_end, live=not quiet, console=console,
+                    stop_requested=stop_requested)  # fmt: skip
     raise typer.Exit(code=code)
 
 
-def run_sink(sink, *, stop_at_end: bool = False, live: bool = True, console: Console) -> int:  # noqa: ANN001
-    """Run a sink in the foreground with signal handling and progress; return an exit code."""
+def run_sink(
+    sink,  # noqa: ANN001
+    *,
+    stop_at_end: bool = False,
+    live: bool = True,
+    console: Console,
+    stop_requested: threading.Event | None = None,
+) -> int:
+    """Run a sink in the foreground with signal handling and progress; return an exit code.
+    ``stop_requested``: set by a stop signal that came before this was called."""
     import psycopg
 
     from fluvial.sinks import SinkFencedError
@@ -151,6 +169,8 @@ def run_sink(sink, *, stop_at_end: bool = False, live: bool = True, console: Con
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if stop_requested is not None and stop_requested.is_set():
+        sink.stop()  # it came between the caller's check and the handlers above
     console.print(
         f"fluvial sink: {sink.describe()} into {safe_dsn(sink.dsn or '')} from "
         f"{sink.bootstrap_servers}",

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from fluvial import children
 from fluvial.errors import FluvialError
 
 HOST = "127.0.0.1"
@@ -111,7 +112,7 @@ class LocalPostgres:
         cmd = [str(self.bin_dir / args[0]), *args[1:]]
         if self.user is not None:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=self.root)
+        result = children.run(cmd, capture_output=True, text=True, check=False, cwd=self.root)
         if check and result.returncode != 0:
             raise PostgresSetupError(
                 f"{args[0]} failed ({result.returncode}): {result.stderr.strip() or result.stdout}"

@@ -32,6 +32,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from fluvial.config import to_millis
 from fluvial.errors import ConfigError, FluvialError
+from fluvial.sinks import watchdog
 from fluvial.sinks.columns import BadRecord, RowCodec, millis_to_datetime
 from fluvial.sinks.dead_letters import DeadLetters, check_on_bad_row
 from fluvial.sinks.store import (
@@ -48,6 +49,8 @@ log = logging.getLogger("fluvial.sinks")
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_OFFSETS_TABLE = "fluvial_sink_offsets"
+#: Longest the live lag goes unread while no batch commits.
+LAG_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -277,8 +280,11 @@ class _Runner:
         self.committed: dict[TopicPartition, int | None] = {}
         self.at_end: set[TopicPartition] = set()
         self._lag_checked = 0.0
+        self.watchdog: Any = None
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            watchdog.stop(self.watchdog)
         if self.consumer is not None:
             self.consumer.close()
         if self.dead_letters is not None:
@@ -297,6 +303,10 @@ class _Runner:
                 sink.client_config,
             )  # fmt: skip
         self.store.connect()
+        # Ends a transaction of this sink stuck mid-COPY past the timeout (see its module).
+        self.watchdog = watchdog.start(
+            sink.dsn or "", self.store.application_name, sink.transaction_timeout_ms
+        )
         self.store.prepare()
         self.epoch, self.committed = self.store.claim(self.partitions)
         with sink._lock:
@@ -389,7 +399,7 @@ class _Runner:
                 deadline = time.monotonic() + sink.commit_interval_ms / 1000
             if not batch and self.stop_at_end and self.at_end >= set(self.partitions):
                 break
-        self._refresh_lag()
+            self._refresh_lag()  # on a timer, batch or not
         return batch
 
     def _consumer_error(self, error: KafkaError) -> FluvialError:
@@ -418,7 +428,9 @@ class _Runner:
             raise FluvialError(
                 f"sink {sink.sink_id!r}: a batch of {len(batch)} records took longer than "
                 f"transaction_timeout_ms={sink.transaction_timeout_ms} and was rolled back: "
-                "raise transaction_timeout_ms or lower max_batch_records"
+                "if the sink's process was paused meanwhile (SIGSTOP, a debugger, a suspended "
+                "machine), start it again as it is; otherwise raise transaction_timeout_ms or "
+                "lower max_batch_records"
             ) from exc
         except (ConnectionLost, psycopg.OperationalError) as exc:
             # The commit may or may not have landed: resume from what the database says.
@@ -433,6 +445,7 @@ class _Runner:
             progress.dead_letters += len(outcome.bad)
             progress.batches += 1
             progress.committed = _named(self.committed)
+        self._refresh_lag(now=True)  # what is left once this batch is written
 
     def _rows(self, batch: list[Any]) -> tuple[list[Item], list[Item]]:
         codec = self.sink.codec
@@ -477,7 +490,13 @@ class _Runner:
 
     def _reconnect(self, cause: BaseException) -> None:
         sink = self.sink
-        log.warning("sink %s: lost PostgreSQL (%s); reconnecting", sink.sink_id, cause)
+        log.warning(
+            "sink %s: lost PostgreSQL (%s); reconnecting. If this process was paused (SIGSTOP, "
+            "a debugger, a suspended machine), the server ended its transaction after "
+            "transaction_timeout_ms=%d: that batch was rolled back and is written again",
+            sink.sink_id, str(cause).splitlines()[0] if str(cause) else repr(cause),
+            sink.transaction_timeout_ms,
+        )  # fmt: skip
         deadline = time.monotonic() + max(60.0, sink.transaction_timeout_ms / 1000)
         while True:
             try:
@@ -504,15 +523,20 @@ class _Runner:
             sink._progress.committed = _named(self.committed)
         self._assign()
 
-    def _refresh_lag(self) -> None:
-        now = time.monotonic()
-        if now - self._lag_checked < 2.0 or self.consumer is None:
+    def _refresh_lag(self, *, now: bool = False) -> None:
+        """The records between the committed offsets and the logs' ends: after each commit,
+        and every :data:`LAG_INTERVAL_S` between them."""
+        checked = time.monotonic()
+        if self.consumer is None or (not now and checked - self._lag_checked < LAG_INTERVAL_S):
             return
-        self._lag_checked = now
+        self._lag_checked = checked
         lag = 0
         try:
             for tp in self.partitions:
-                _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
+                # The end the last fetch reported (no round trip), else the broker's answer.
+                _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), cached=True)
+                if high < 0:
+                    _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
                 position = self.committed.get(tp)
                 lag += max(0, high - (position or 0))
         except KafkaException:

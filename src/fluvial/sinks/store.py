@@ -117,7 +117,9 @@ class SinkStore:
 
     def _connect(self) -> psycopg.Connection[Any]:
         # A stuck transaction (its client stopped or gone) is ended by the server after the
-        # transaction timeout, so it never holds the sink's locks for long.
+        # transaction timeout, so it never holds the sink's locks for long; the server's
+        # timeouts do not reach a COPY waiting for its client's data: the sink's watchdog
+        # process ends that one (fluvial.sinks.watchdog).
         options = (
             f"-c statement_timeout={self.timeout_ms} "
             f"-c idle_in_transaction_session_timeout={self.timeout_ms}"

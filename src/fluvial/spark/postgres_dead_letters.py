@@ -85,11 +85,10 @@ class DeadLetterOutbox:
     def check(self) -> None:
         """Before the query starts: the cluster answers (a wrong password or CA fails here,
         clearly) and the dead-letter topic exists."""
-        from fluvial.kafka.security import check_connection, is_secured
+        from fluvial.kafka.security import check_connection
 
         settings = self.config.client_config
-        if is_secured(settings):
-            check_connection(self.bootstrap_servers, settings)
+        check_connection(self.bootstrap_servers, settings)
         admin = admin_client(self.bootstrap_servers, **settings)
         check_dead_letter_topic(admin, self.topic, self.bootstrap_servers)
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from fluvial import children
 from fluvial.jvm import java_executable, resolve_jars
-from fluvial.kafka.security import is_secret_variable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -17,28 +15,6 @@ if TYPE_CHECKING:
 
 SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|sasl|ssl[.]key"
 SPARK_SQL_REDACTION_OPTIONS_REGEX = r"(?i)url|jaas|password|secret|token|sasl|ssl[.]key"
-
-
-@contextlib.contextmanager
-def _secrets_withheld() -> Iterator[None]:
-    """fluvial's secret variables (``FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD``, ...) out of the
-    environment while Spark's JVM starts.
-
-    PySpark starts the JVM with a copy of this process's environment, and on a local master
-    the executors' Python workers inherit the JVM's. The JVM never needs these (this process
-    read them already; executors get client settings with each lease), so neither gets them.
-    Other variables stay: Spark may need its own (AWS_SECRET_ACCESS_KEY for s3a, say).
-    """
-    held = {
-        name: os.environ.pop(name)
-        for name in list(os.environ)
-        if name.startswith("FLUVIAL_") and is_secret_variable(name)
-    }
-    try:
-        yield
-    finally:
-        for name, value in held.items():
-            os.environ.setdefault(name, value)
 
 
 def local_spark_session(
@@ -84,7 +60,11 @@ def local_spark_session(
     )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
-    with _secrets_withheld():
+    # PySpark starts the JVM with a copy of this process's environment, and on a local master
+    # the executors' Python workers inherit the JVM's: fluvial's secrets stay out of both (this
+    # process read them already; executors get client settings with each lease). Variables
+    # from outside fluvial stay, for Spark's own connectors (AWS_SECRET_ACCESS_KEY for s3a).
+    with children.secrets_withheld(children.fluvial_secret):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

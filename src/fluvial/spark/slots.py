@@ -39,9 +39,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from fluvial.children import fluvial_secret
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
-from fluvial.kafka.security import is_secret_variable
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
@@ -81,7 +81,7 @@ class AppSource:
     Topologies hold serde objects that do not pickle, and a cluster node need not share the
     driver's filesystem, so the source travels instead of the object. The driver's
     ``FLUVIAL_*`` environment travels too, for apps configured from the environment, but never
-    a variable that may hold a secret (:func:`~fluvial.kafka.security.is_secret_variable`):
+    a secret (:func:`~fluvial.children.fluvial_secret`, the rule every child process follows):
     the executors would set it in their environment. They get the client settings inside each
     lease instead (``LeasePlan.config``). Only the names of the withheld variables travel, so
     that an APP.py that reads one when loaded fails with the reason.
@@ -106,7 +106,7 @@ class AppSource:
     @classmethod
     def read(cls, path: Path) -> AppSource:
         names = [k for k in os.environ if k.startswith("FLUVIAL_") and k != EXECUTOR_STATE_DIR_ENV]
-        env = {k: os.environ[k] for k in names if not is_secret_variable(k)}
+        env = {k: os.environ[k] for k in names if not fluvial_secret(k)}
         withheld = tuple(sorted(set(names) - set(env)))
         return cls(path.name, path.read_text(), env, withheld)
 

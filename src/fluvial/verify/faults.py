@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fluvial import children
+
 APP = Path(__file__).with_name("app.py")
 READY_LINE = "Ctrl-C commits and stops"
 
@@ -39,15 +41,20 @@ class AppProcess:
         self.log: Path | None = None
 
     def start(self) -> AppProcess:
-        env = {**os.environ, **self.env, "FLUVIAL_VERIFY_STATE_DIR": str(self.state_dir)}
+        env = {**self.env, "FLUVIAL_VERIFY_STATE_DIR": str(self.state_dir)}
         self.log = self.log_dir / f"app-{time.monotonic_ns()}.log"
         # Not --quiet: the log keeps a status line every few seconds, for post-mortems.
         cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", self.engine]
         if self.engine == "spark":
             cmd += ["--master", "local[2]"]
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.proc = children.popen(
+                cmd,
+                keep=children.own_secrets(),
+                extra_env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         return self
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import subprocess
 from pathlib import Path
 
+from fluvial import children
 from fluvial.errors import StreamsError
 from fluvial.jvm import _CENTRAL_ONLY_SETTINGS, java_executable, maven_executable
 
@@ -60,7 +60,7 @@ def build_reference_jar() -> Path:
             settings = TARGET / "settings.xml"
             settings.write_text(_CENTRAL_ONLY_SETTINGS)
             cmd += ["-s", str(settings)]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = children.run(cmd, capture_output=True, text=True)
         if result.returncode != 0 or not JAR.exists():
             output = (result.stdout + result.stderr).strip()
             raise ReferenceBuildError(

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fluvial import serdes
+from fluvial import children, serdes
 from fluvial.config import StreamsConfig
 from fluvial.jvm import java_executable
 from fluvial.state.base import from_timestamped_bytes
@@ -120,7 +120,7 @@ class ReferenceProcess:
             java_executable(), f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-cp", str(jar), "dev.fluvial.reference.differential.DifferentialMain", "-", "-",
         ]  # fmt: skip
-        self._proc = subprocess.Popen(
+        self._proc = children.popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True
         )
         self._lock = threading.Lock()
