@@ -50,6 +50,8 @@ def status_line(app: Application, started: float) -> str:
         f"commits {int(totals['commits']):,}  lag {int(totals['lag']):,}  "
         f"dropped-late {int(totals['dropped_records']):,}"
     )
+    if totals["processing_errors"]:
+        line += f"  errors {int(totals['processing_errors']):,}"
     if totals["restore_total"]:
         line += f"  restored {int(totals['restored']):,}/{int(totals['restore_total']):,}"
     return line + f"  [{time.monotonic() - started:.0f}s]"

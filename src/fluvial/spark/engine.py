@@ -314,12 +314,13 @@ class SparkApplication:
             generation=self.generation,
             lease=self.leases,
             lease_seconds=self.lease_seconds,
-            config=self.config,
+            config=self.config.with_overrides(default_timestamp_extractor=None),
             slots=self.layout,
             expected=dict(self._expected),
             final=final,
             standbys=self.standby_layout,
             serve_token=self._serve_token,
+            timestamp_extractor_from_app=self.config.default_timestamp_extractor is not None,
         )
         self.sc.setJobGroup(
             self.job_group,
