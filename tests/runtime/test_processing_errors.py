@@ -52,6 +52,8 @@ def test_kill_9_between_a_dead_letter_and_its_commit_leaves_it_exactly_once(
                          engine=engine, app=APP, lease_ms=2000,
                          extra_env={"FLUVIAL_TEST_MARKS": str(marks),
                                     "FLUVIAL_TEST_HOLD_AT": str(HOLD_AT),
+                                    # Spark: the config's extractor, which travels as APP.py.
+                                    "FLUVIAL_TEST_DEFAULT_EXTRACTOR": str(int(engine == "spark")),
                                     "FLUVIAL_TEST_DLT": topic_factory("dead")})  # fmt: skip
     dead_topic = runner.extra_env["FLUVIAL_TEST_DLT"]
     base_ms = event_time_base_ms()

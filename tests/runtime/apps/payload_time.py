@@ -14,6 +14,8 @@ from fluvial import Named, StreamsBuilder, StreamsConfig, serdes
 
 MARKS = Path(os.environ["FLUVIAL_TEST_MARKS"])
 HOLD_AT = int(os.environ.get("FLUVIAL_TEST_HOLD_AT", "-1"))
+# The event time from the config's default extractor instead of the source's own.
+BY_DEFAULT = os.environ.get("FLUVIAL_TEST_DEFAULT_EXTRACTOR") == "1"
 
 
 def event_time(record, partition_time_ms):
@@ -38,7 +40,7 @@ def build(builder: StreamsBuilder) -> None:
             os.environ["FLUVIAL_TEST_INPUT"],
             key_serde=serdes.string(),
             value_serde=serdes.json(),
-            timestamp_extractor=event_time,
+            timestamp_extractor=None if BY_DEFAULT else event_time,
             auto_offset_reset=os.environ.get("FLUVIAL_TEST_RESET", "earliest"),
         )
         .map_values(check, Named.as_("check"))
@@ -54,4 +56,5 @@ config = StreamsConfig(
     state_dir=os.environ["FLUVIAL_TEST_STATE_DIR"],
     processing_exception_handler="log_and_continue",
     dead_letter_topic=os.environ["FLUVIAL_TEST_DLT"],
+    default_timestamp_extractor=event_time if BY_DEFAULT else None,
 )
