@@ -10,7 +10,8 @@ import pytest
 
 from fluvial import Named, StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import ConfigError, SerializationError
-from fluvial.processor.api import Processor
+from fluvial.processor.api import Processor, PunctuationType
+from fluvial.records import Record
 from fluvial.testing import TopologyTestDriver
 
 S, J, L = serdes.string(), serdes.json(), serdes.long()
@@ -120,3 +121,40 @@ def test_fluvial_own_errors_are_not_processing_errors():
 def test_an_unknown_handler_is_refused():
     with pytest.raises(ConfigError, match="processing_exception_handler must be one of fail, log"):
         StreamsConfig(processing_exception_handler="ignore")
+
+
+class Ticking(Processor):
+    def init(self, context):
+        super().init(context)
+        context.schedule(10, PunctuationType.STREAM_TIME, self.tick)
+
+    def tick(self, now_ms):
+        if now_ms >= 20:
+            raise RuntimeError(f"tick at {now_ms}")
+        self.context.forward(Record("tick", now_ms, now_ms))
+
+    def process(self, record):
+        self.context.forward(record)
+
+
+def test_a_punctuator_that_raises_is_skipped_with_a_dead_letter_of_its_node():
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=L)
+        .process(Ticking, named=Named.as_("ticking"))
+        .to("out", key_serde=S, value_serde=L)
+    )
+    with TopologyTestDriver(builder.build(), CONTINUE) as driver:
+        inp = driver.create_input_topic("in", S, L)
+        inp.pipe_records([("a", 1, 0), ("b", 2, 25), ("c", 3, 26)])
+        out = driver.create_output_topic("out", S, L).read_key_values()
+        [dead] = driver.create_output_topic("dead", S, L).read_records()
+        metrics = driver.metrics()
+    # It fires at stream time 0, then at 25 (raising), and processing goes on.
+    assert out == [("a", 1), ("tick", 0), ("b", 2), ("c", 3)]
+    headers = dict(dead.headers)
+    assert (dead.key, dead.value) == (None, None), "a punctuation has no consumed record"
+    assert headers["fluvial.node"] == b"ticking"
+    assert headers["fluvial.error"] == b"RuntimeError: tick at 25"
+    assert "fluvial.topic" not in headers
+    assert metrics["processing-errors:ticking"] == 1

@@ -693,7 +693,11 @@ class StreamTask:
     def _punctuate(self, schedule: PunctuationSchedule, now_ms: int) -> None:
         self.current_topic = self.current_partition = self.current_offset = None
         self.current_timestamp_ms = now_ms
-        schedule.callback(now_ms)
+        if self._guarded:
+            # A punctuator's own exception is its node's processing error too.
+            self._guard(schedule.node_name, schedule.callback)(now_ms)
+        else:
+            schedule.callback(now_ms)
         self.metrics.increment(PUNCTUATIONS)
 
     # -- commit -----------------------------------------------------------------------------
