@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fluvial import Consumed, StreamsBuilder, StreamsConfig, TimeWindows, serdes
+from fluvial import Consumed, Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import ConfigError, SerializationError, TopologyError
 from fluvial.testing import TopologyTestDriver
 
@@ -141,3 +141,19 @@ def test_bad_settings_are_refused_before_anything_runs():
     builder.stream("a", auto_offset_reset="newest").to("b")
     with pytest.raises(TopologyError, match="auto_offset_reset must be one of earliest, latest"):
         builder.build()
+
+
+def test_a_global_table_takes_its_consumed_extractor():
+    builder = StreamsBuilder()
+    users = builder.global_table(
+        "users", Consumed.with_(S, J).with_timestamp_extractor(event_time),
+        materialized=Materialized.as_("users-store"),
+    )  # fmt: skip
+    builder.stream("clicks", key_serde=S, value_serde=S).join(
+        users, lambda click, user: user["ts"], key_selector=lambda k, v: v
+    ).to("joined", key_serde=S, value_serde=L)
+    with TopologyTestDriver(builder.build()) as driver:
+        driver.create_input_topic("users", S, J).pipe_input("u", {"ts": 123}, timestamp_ms=9)
+        assert driver.get_key_value_store("users-store").get_with_timestamp("u").timestamp_ms == 123
+    with pytest.raises(ValueError, match="GlobalKTable always reads its topic from the earliest"):
+        StreamsBuilder().global_table("t", Consumed.with_(S, S).with_offset_reset_policy("latest"))

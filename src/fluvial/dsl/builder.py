@@ -104,6 +104,11 @@ class StreamsBuilder:
         m = materialized or Materialized()
         if m.versioned:
             raise ValueError("a GlobalKTable cannot be versioned; use builder.table for that")
+        if c.auto_offset_reset is not None:
+            raise ValueError(
+                "a GlobalKTable always reads its topic from the earliest offset: drop "
+                "auto_offset_reset from its Consumed"
+            )
         key_serde = key_serde or c.key_serde or m.key_serde
         value_serde = value_serde or c.value_serde or m.value_serde
         store = graph.store_name(self._itb, m, f"{topic}-")
@@ -114,7 +119,7 @@ class StreamsBuilder:
         m = m.with_logging_disabled().with_caching_disabled()
         self._itb.add_global_store(
             graph.kv_store_spec(store, m, k, v), source, topic, key_serde, value_serde,
-            name, lambda: TableSourceProcessor(store, k, v),
+            name, lambda: TableSourceProcessor(store, k, v), c.timestamp_extractor,
         )  # fmt: skip
         return GlobalKTable(store, key_serde, value_serde, store_getter(store, k, v))
 

@@ -165,13 +165,16 @@ class InternalTopologyBuilder:
         value_serde: Serde[Any] | None,
         processor_name: str,
         supplier: ProcessorSupplier,
+        timestamp_extractor: Callable[[Any, int], int] | None = None,
     ) -> None:
         """A store filled from every partition of ``topic``, readable by every task.
 
         The topic is the store's changelog (restoring means re-reading it), so the store has no
         changelog topic of its own.
         """
-        self.add_source(source_name, [topic], key_serde, value_serde)
+        self.add_source(
+            source_name, [topic], key_serde, value_serde, timestamp_extractor=timestamp_extractor
+        )
         self.add_processor(processor_name, supplier, [source_name])
         self.add_store(spec, processor_name)
         self.global_nodes |= {source_name, processor_name}
