@@ -654,7 +654,10 @@ class StreamTask:
         raw = self._current_raw if topic is not None and not self._flushing else None
         if raw is None:
             topic = partition = None
-        where = f"{topic}-{partition}@{raw.offset}" if raw is not None else "a punctuation"
+        if raw is not None:
+            where = f"{topic}-{partition}@{raw.offset}"
+        else:
+            where = "a record of a cache flush" if self._flushing else "a punctuation"
         log.warning("skipping %s at %s: %s: %s", where, node, type(exc).__name__, exc)
         self.metrics.increment(PROCESSING_ERRORS)
         self.metrics.increment(f"{PROCESSING_ERRORS}:{node}")
