@@ -158,3 +158,25 @@ def test_a_punctuator_that_raises_is_skipped_with_a_dead_letter_of_its_node():
     assert headers["fluvial.error"] == b"RuntimeError: tick at 25"
     assert "fluvial.topic" not in headers
     assert metrics["processing-errors:ticking"] == 1
+
+
+def test_a_record_a_cache_flush_forwards_has_no_consumed_record_to_send():
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=S)
+        .group_by_key()
+        .count()  # cached: its results are forwarded when the commit flushes the cache
+        .to_stream()
+        .map_values(lambda n: 10 // (n - 2), Named.as_("odd"))
+        .to("out", key_serde=S, value_serde=L)
+    )
+    with TopologyTestDriver(builder.build(), CONTINUE) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        for ts in range(3):
+            inp.pipe_input("k", "v", timestamp_ms=ts)
+        assert driver.create_output_topic("out", S, L).read_key_values() == [("k", -10), ("k", 10)]
+        [dead] = driver.create_output_topic("dead", S, L).read_records()
+    headers = dict(dead.headers)
+    assert (dead.key, dead.value) == (None, None)
+    assert headers["fluvial.node"] == b"odd"
+    assert "fluvial.topic" not in headers, "the flush's record is no consumed record"
