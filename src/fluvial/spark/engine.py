@@ -126,6 +126,15 @@ class SparkApplication:
         loaded = load_app(self.app_path)
         self.topology: Topology = loaded.topology
         self.config = config or loaded.config or StreamsConfig()
+        extractor = self.config.default_timestamp_extractor
+        if extractor is not None and (
+            loaded.config is None or loaded.config.default_timestamp_extractor is None
+        ):
+            # Executors rebuild the app from APP.py; a function given only here cannot travel.
+            raise ConfigError(
+                f"default_timestamp_extractor must be set in {self.app_path.name}'s own "
+                "config = StreamsConfig(...) on the Spark engine: executors take it from there"
+            )
         self.master = master
         self.fixed_slots = slots
         self.lease_seconds = lease_seconds or lease_seconds_from_env()
