@@ -3,7 +3,7 @@ topic, under exactly-once: configured from the environment by tests/runtime/test
 
 ``FLUVIAL_TEST_MARKS`` is a directory the app and the test talk through: while the file ``hold``
 is there, the record ``n == FLUVIAL_TEST_HOLD_AT`` waits (leaving its transaction open), after
-writing ``held``.
+writing its process id into ``held``.
 """
 
 import os
@@ -25,7 +25,7 @@ def event_time(record, partition_time_ms):
 def check(value):
     n = value["n"]
     if n == HOLD_AT and (MARKS / "hold").exists():
-        (MARKS / "held").touch()
+        (MARKS / "held").write_text(str(os.getpid()))  # the process to kill: a Spark worker's
         deadline = time.monotonic() + 120
         while (MARKS / "hold").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
