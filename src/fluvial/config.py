@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
@@ -16,6 +17,7 @@ PROCESSING_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 DESERIALIZATION_HANDLERS = ("fail", "log_and_continue")
 CO_PARTITIONING_CHECKS = ("warn", "fail", "off")
 PRODUCTION_HANDLERS = ("fail", "continue")
+PROCESSING_HANDLERS = ("fail", "log_and_continue")
 
 _APPLICATION_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -54,6 +56,15 @@ class StreamsConfig:
     # What a record the producer cannot deliver does: stop the application ("fail"), or be
     # logged and skipped ("continue"). Fatal producer errors always stop it.
     default_production_exception_handler: str = "fail"
+    # What an exception raised by a user's function or processor does: stop the application
+    # ("fail"), or skip the record at that operator, counted and sent to dead_letter_topic when
+    # one is set ("log_and_continue"). Errors of fluvial's own (serdes, stores, Kafka) always
+    # go their own way.
+    processing_exception_handler: str = "fail"
+    # The event time of every record read from a user topic whose source sets no extractor of its
+    # own: fn(record, partition_time_ms) -> int milliseconds. None keeps each record's Kafka
+    # timestamp. A negative or failing extraction goes the deserialization handler's way.
+    default_timestamp_extractor: Callable[[Any, int], int] | None = None
     num_stream_threads: int = 1
     replication_factor: int = -1
     # How long past a window or session store's own retention its changelog keeps records, in
@@ -112,6 +123,18 @@ class StreamsConfig:
             raise ConfigError(
                 f"co_partitioning_check must be one of {', '.join(CO_PARTITIONING_CHECKS)}, got "
                 f"{self.co_partitioning_check!r}"
+            )
+        if self.processing_exception_handler not in PROCESSING_HANDLERS:
+            raise ConfigError(
+                "processing_exception_handler must be one of "
+                f"{', '.join(PROCESSING_HANDLERS)}, got {self.processing_exception_handler!r}"
+            )
+        if self.default_timestamp_extractor is not None and not callable(
+            self.default_timestamp_extractor
+        ):
+            raise ConfigError(
+                "default_timestamp_extractor must be a function (record, partition_time_ms) -> "
+                f"int milliseconds, got {self.default_timestamp_extractor!r}"
             )
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers is empty: give host:port of at least one broker")

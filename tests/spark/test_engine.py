@@ -22,9 +22,14 @@ from tests.runtime.harness import (
     wait_until,
 )
 
-from fluvial import serdes
+from fluvial import StreamsConfig, serdes
 from fluvial.errors import ConfigError
-from fluvial.spark.engine import check_no_speculation, parse_spark_conf, with_task_retries
+from fluvial.spark.engine import (
+    SparkApplication,
+    check_no_speculation,
+    parse_spark_conf,
+    with_task_retries,
+)
 
 REGROUP = Path(__file__).parent / "apps" / "regroup.py"
 
@@ -34,6 +39,14 @@ def test_speculation_is_refused_before_anything_runs() -> None:
         check_no_speculation({"spark.speculation": "true"})
     check_no_speculation({"spark.speculation": "false"})
     check_no_speculation({})
+
+
+def test_a_default_timestamp_extractor_outside_app_py_is_refused(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text("def build(builder):\n    builder.stream('a').to('b')\n")
+    config = StreamsConfig(default_timestamp_extractor=lambda record, partition_time: 0)
+    with pytest.raises(ConfigError, match="must be set in app.py's own config"):
+        SparkApplication(app, config)
 
 
 def test_local_masters_retry_failed_slot_tasks() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fluvial.dsl import graph
@@ -32,14 +33,23 @@ class StreamsBuilder:
         *,
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
+        timestamp_extractor: Callable[[Any, int], int] | None = None,
+        auto_offset_reset: str | None = None,
     ) -> KStream:
-        """A stream of the records of one topic (or several, interleaved by timestamp)."""
+        """A stream of the records of one topic (or several, interleaved by timestamp).
+
+        ``timestamp_extractor(record, partition_time_ms) -> int`` gives each record's event
+        time (default: the config's ``default_timestamp_extractor``, else the Kafka
+        timestamp); ``auto_offset_reset`` ("earliest", the default, or "latest") is where a
+        partition without a committed offset starts.
+        """
         c = consumed or Consumed()
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         name = c.name or self._itb.new_processor_name(graph.SOURCE)
         key_serde = key_serde or c.key_serde
         value_serde = value_serde or c.value_serde
-        self._itb.add_source(name, topic_list, key_serde, value_serde)
+        self._itb.add_source(name, topic_list, key_serde, value_serde,
+                             **_source_options(c, timestamp_extractor, auto_offset_reset))  # fmt: skip
         return KStream(self, name, key_serde, value_serde)
 
     def table(
@@ -50,8 +60,13 @@ class StreamsBuilder:
         *,
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
+        timestamp_extractor: Callable[[Any, int], int] | None = None,
+        auto_offset_reset: str | None = None,
     ) -> KTable:
-        """A table whose rows are the latest value per key of ``topic`` (``None`` deletes)."""
+        """A table whose rows are the latest value per key of ``topic`` (``None`` deletes).
+
+        ``timestamp_extractor`` and ``auto_offset_reset`` as for :meth:`stream`.
+        """
         c = consumed or Consumed()
         m = materialized or Materialized()
         key_serde = key_serde or c.key_serde or m.key_serde
@@ -59,7 +74,8 @@ class StreamsBuilder:
         store = graph.store_name(self._itb, m, f"{topic}-")
         source = f"{c.name}-source" if c.name else self._itb.new_processor_name(graph.SOURCE)
         name = c.name or self._itb.new_processor_name("KTABLE-SOURCE-")
-        self._itb.add_source(source, [topic], key_serde, value_serde)
+        self._itb.add_source(source, [topic], key_serde, value_serde,
+                             **_source_options(c, timestamp_extractor, auto_offset_reset))  # fmt: skip
         self._itb.table_sources.add(source)
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
         self._itb.add_processor(name, lambda: TableSourceProcessor(store, k, v), [source])
@@ -88,6 +104,11 @@ class StreamsBuilder:
         m = materialized or Materialized()
         if m.versioned:
             raise ValueError("a GlobalKTable cannot be versioned; use builder.table for that")
+        if c.auto_offset_reset is not None:
+            raise ValueError(
+                "a GlobalKTable always reads its topic from the earliest offset: drop "
+                "auto_offset_reset from its Consumed"
+            )
         key_serde = key_serde or c.key_serde or m.key_serde
         value_serde = value_serde or c.value_serde or m.value_serde
         store = graph.store_name(self._itb, m, f"{topic}-")
@@ -98,7 +119,7 @@ class StreamsBuilder:
         m = m.with_logging_disabled().with_caching_disabled()
         self._itb.add_global_store(
             graph.kv_store_spec(store, m, k, v), source, topic, key_serde, value_serde,
-            name, lambda: TableSourceProcessor(store, k, v),
+            name, lambda: TableSourceProcessor(store, k, v), c.timestamp_extractor,
         )  # fmt: skip
         return GlobalKTable(store, key_serde, value_serde, store_getter(store, k, v))
 
@@ -112,3 +133,15 @@ class StreamsBuilder:
         graph.resolve_null_key_filters(self._itb)
         resolve_key_serdes(self._itb)
         return self._itb.build()
+
+
+def _source_options(
+    consumed: Consumed,
+    timestamp_extractor: Callable[[Any, int], int] | None,
+    auto_offset_reset: str | None,
+) -> dict[str, Any]:
+    """A source's event time and starting point: the keyword arguments over ``Consumed``'s."""
+    return {
+        "timestamp_extractor": timestamp_extractor or consumed.timestamp_extractor,
+        "auto_offset_reset": auto_offset_reset or consumed.auto_offset_reset or "earliest",
+    }

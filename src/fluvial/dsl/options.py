@@ -53,11 +53,14 @@ class Named:
 
 @dataclass(frozen=True)
 class Consumed:
-    """How a source topic is read: its serdes and the source node's name."""
+    """How a source topic is read: its serdes, the source node's name, and (as in Kafka Streams)
+    its event time and where it starts without a committed offset."""
 
     key_serde: Serde[Any] | None = None
     value_serde: Serde[Any] | None = None
     name: str | None = None
+    timestamp_extractor: Callable[[Any, int], int] | None = None
+    auto_offset_reset: str | None = None
 
     @fluent
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
@@ -78,6 +81,16 @@ class Consumed:
     @fluent
     def with_value_serde(self, serde: Serde[Any]) -> Consumed:
         return replace(self, value_serde=serde)
+
+    @fluent
+    def with_timestamp_extractor(self, extractor: Callable[[Any, int], int]) -> Consumed:
+        """Event time from the record: ``extractor(record, partition_time_ms) -> int`` ms."""
+        return replace(self, timestamp_extractor=extractor)
+
+    @fluent
+    def with_offset_reset_policy(self, policy: str) -> Consumed:
+        """Where a partition with no committed offset starts: ``"earliest"`` or ``"latest"``."""
+        return replace(self, auto_offset_reset=policy)
 
 
 @dataclass(frozen=True)

@@ -83,13 +83,20 @@ def _fan_out(steps: list[Step]) -> Step:
     return step
 
 
-def link(nodes: Iterable[LiveNode]) -> dict[str, Step]:
+def link(
+    nodes: Iterable[LiveNode],
+    guard: Callable[[str, Callable[..., None]], Callable[..., None]] | None = None,
+) -> dict[str, Step]:
     """Give every node its entry (``LiveNode.process``) and return each node's step.
 
     A fusable node's entry runs its fused step; any other node's entry is its processor's
     ``process``. A node's step is its own when it is fusable, else the hand-over to it, so a
     parent's run ends exactly where a node that takes records begins. Call it after every
     processor's ``init``.
+
+    ``guard(node_name, work)``, when given, wraps each node's own work (its step or its
+    ``process``), so an exception is caught at the node that raised it: the processing
+    exception handler's hook. Without it nothing is wrapped and a run costs what it did.
     """
     steps: dict[str, Step] = {}
     fused: set[str] = set()
@@ -105,9 +112,13 @@ def link(nodes: Iterable[LiveNode]) -> dict[str, Step]:
                 _nowhere if not targets else targets[0] if len(targets) == 1 else _fan_out(targets)
             )
             found = processor.fuse(downstream)
+            if guard is not None:
+                found = guard(node.name, found)
             fused.add(node.name)
         else:
-            found = handover(processor.process)
+            if guard is not None:
+                node.process = guard(node.name, processor.process)
+            found = handover(node.process)
         steps[node.name] = found
         return found
 

@@ -16,6 +16,9 @@ RECORDS_PRODUCED = "records-produced"
 CHANGELOG_RECORDS = "changelog-records"
 PUNCTUATIONS = "punctuations"
 DESERIALIZATION_ERRORS = "deserialization-errors"
+# Records a user's code raised on and the log-and-continue handler skipped; counted in all and
+# per node as "processing-errors:NODE".
+PROCESSING_ERRORS = "processing-errors"
 SUPPRESSION_EMITS = "suppression-emits"
 
 

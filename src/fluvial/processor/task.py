@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fluvial.config import StreamsConfig, to_millis
-from fluvial.errors import SerializationError, StreamsError
+from fluvial.errors import FluvialError, SerializationError, StreamsError
 from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
 from fluvial.processor.completeness import WriterMergeQueue, WriterState
@@ -28,6 +28,7 @@ from fluvial.processor.metrics import (
     CHANGELOG_RECORDS,
     DESERIALIZATION_ERRORS,
     DROPPED_RECORDS,
+    PROCESSING_ERRORS,
     PUNCTUATIONS,
     RECORDS_PROCESSED,
     TaskMetrics,
@@ -43,6 +44,13 @@ from fluvial.topology.topology import Subtopology
 
 log = logging.getLogger(__name__)
 
+_SKIPPED = SerializationError("skipped")  # a record already dealt with: not processed
+
+
+class _ExtractionError(SerializationError):
+    """A record's timestamp extractor failed or gave no valid time."""
+
+
 TopicPartition = tuple[str, int]
 
 
@@ -54,6 +62,40 @@ class RecordContext:
     partition: int | None
     offset: int | None
     timestamp_ms: int
+
+
+class ExtractedRecord(NamedTuple):
+    """A consumed record of a source with a timestamp extractor, read when it was added.
+
+    Its first fields are a :class:`ConsumedRecord`'s (raw bytes, offset, headers), with
+    ``timestamp_ms`` the extracted event time, so that record choice, stream time and dead
+    letters treat it like any other. ``error`` is set when the record could not be
+    deserialized or its extraction failed: it then goes the deserialization handler's way.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    offset: int
+    headers: Sequence[tuple[str, bytes | None]]
+    decoded_key: Any = None
+    decoded_value: Any = None
+    error: SerializationError | None = None
+
+
+class _WatchedCollector:
+    """A collector that remembers what its ``send`` raised, for the processing handler."""
+
+    def __init__(self, inner: RecordCollector, task: StreamTask) -> None:
+        self.inner = inner
+        self.task = task
+
+    def send(self, *args: Any) -> None:
+        try:
+            self.inner.send(*args)
+        except BaseException as exc:
+            self.task._collector_error = exc
+            raise
 
 
 class StreamTask:
@@ -83,7 +125,10 @@ class StreamTask:
         self.config = config
         self.application_id = subtopology.application_id
         self.state_dir = Path(state_dir) if state_dir is not None else None
-        self.collector = collector
+        self._guarded = config.processing_exception_handler == "log_and_continue"
+        # The producer's own failure, told apart from a user's by identity, never skipped.
+        self._collector_error: BaseException | None = None
+        self.collector = _WatchedCollector(collector, self) if self._guarded else collector
         # Persistent by default when there is somewhere to persist to, as in Kafka Streams.
         self.default_store_type = default_store_type or (
             ROCKSDB if self.state_dir is not None else IN_MEMORY
@@ -92,7 +137,7 @@ class StreamTask:
         # Counted as plain ints on the hot path; the metrics read them when asked.
         self.processed = 0
         self.metrics.register(RECORDS_PROCESSED, lambda: self.processed)
-        self._entries: dict[str, tuple[Any, Any, Step]] = {}
+        self._entries: dict[str, tuple[Any, Any, Step, bool]] = {}
         self.stream_time = -1  # unknown until the first record
         # Wall-clock punctuators first fire one interval after the wall-clock time they were
         # scheduled at. Until a runtime reports the time, schedules count from 0 and are moved
@@ -110,7 +155,7 @@ class StreamTask:
         if input_partitions is None:
             input_partitions = [(t, self.task_id.partition) for t in subtopology.source_topics]
         # Queues in a fixed order: ties on head timestamp go to the first, deterministically.
-        self._queues: dict[TopicPartition, deque[ConsumedRecord]] = {
+        self._queues: dict[TopicPartition, deque[ConsumedRecord | ExtractedRecord]] = {
             tp: deque() for tp in input_partitions
         }
         self._consumed: dict[TopicPartition, int] = {}
@@ -118,6 +163,24 @@ class StreamTask:
         self._merged: dict[TopicPartition, WriterMergeQueue] = {}
         self.writer_id = writer_id
         self._sources = subtopology.source_node_for()
+        # Event time from the payload: a source's own extractor, else the config's default for
+        # user topics. Internal topics keep the timestamps written into them (already extracted).
+        self._extractors: dict[str, Callable[[Any, int], int]] = {}
+        for name in subtopology.node_names:
+            node = subtopology.nodes[name]
+            if isinstance(node, SourceNode):
+                for topic in node.topics:
+                    resolved = subtopology.resolve(topic)
+                    internal = resolved != topic
+                    extractor = node.timestamp_extractor or (
+                        None if internal else config.default_timestamp_extractor
+                    )
+                    if extractor is not None:
+                        self._extractors[resolved] = extractor
+        self._partition_time: dict[TopicPartition, int] = {}
+        # What is processed now, as consumed: the dead letter of a processing error.
+        self._current_raw: ConsumedRecord | ExtractedRecord | None = None
+        self._flushing = False
         self._idle_since: int | None = None
         self._max_idle_ms = to_millis(config.max_task_idle_ms, "max_task_idle_ms")
 
@@ -214,15 +277,16 @@ class StreamTask:
             self._nodes[name].children = [self._nodes[c] for c in sub.nodes[name].children]
         # Runs of stateless operators become one step each; every node gets its entry. Before
         # the contexts: a context forwards to its children's entries.
-        steps = link(self._nodes.values())
+        steps = link(self._nodes.values(), self._guard if self._guarded else None)
         for name in sub.node_names:  # sources first, so parents are ready before children
             live = self._nodes[name]
             live.processor.init(NodeContext(self, live))
         # Per source topic: its serdes and the step its records enter the graph with.
         self._entries = {
-            topic: (source.key_serde, source.value_serde, steps[source.name])
+            topic: (source.key_serde, source.value_serde, steps[source.name],
+                    topic in self._extractors)
             for topic, source in self._sources.items()
-        }
+        }  # fmt: skip
         self._initialized = True
 
     @property
@@ -265,7 +329,11 @@ class StreamTask:
                 f"task {self.task_id} does not own {topic}-{partition}; it reads "
                 f"{sorted(self._queues)}"
             )
-        queue.extend(records)
+        extractor = self._extractors.get(topic)
+        if extractor is None:
+            queue.extend(records)
+        else:
+            queue.extend(self._extract(topic, partition, extractor, records))
         merged = self._merged.get((topic, partition))
         if merged is not None:  # progress records move the offset without a record to process
             offset = merged.next_offset()
@@ -286,6 +354,55 @@ class StreamTask:
     def writer_states(self) -> dict[TopicPartition, dict[str, WriterState]]:
         """Per merged partition, what to commit of its writers beside its offset."""
         return {tp: queue.commit_state() for tp, queue in self._merged.items()}
+
+    def _extract(
+        self,
+        topic: str,
+        partition: int,
+        extractor: Callable[[Any, int], int],
+        records: Iterable[ConsumedRecord],
+    ) -> list[ExtractedRecord]:
+        """Deserialize and take each record's event time now, as Kafka Streams does when it
+        buffers a record: the choice between partitions goes by the extracted times."""
+        source = self._sources[topic]
+        key_serde, value_serde = source.key_serde, source.value_serde
+        tp = (topic, partition)
+        partition_time = self._partition_time.get(tp, -1)
+        out: list[ExtractedRecord] = []
+        for raw in records:
+            headers = list(raw.headers) if raw.headers else []
+            try:
+                key = raw.key if key_serde is None else key_serde.deserialize(topic, raw.key)
+                value = raw.value if value_serde is None else value_serde.deserialize(topic,
+                                                                                      raw.value)  # fmt: skip
+            except SerializationError as exc:
+                out.append(ExtractedRecord(raw.key, raw.value, raw.timestamp_ms, raw.offset,
+                                           headers, error=exc))  # fmt: skip
+                continue
+            record = Record(key, value, raw.timestamp_ms, headers, topic, partition, raw.offset)
+            try:
+                timestamp = extractor(record, partition_time)
+            except Exception as exc:  # a user's function: any failure is the record's
+                error = _ExtractionError(
+                    f"the timestamp extractor raised {type(exc).__name__}: {exc}"
+                )
+                error.__cause__ = exc
+                out.append(ExtractedRecord(raw.key, raw.value, raw.timestamp_ms, raw.offset,
+                                           headers, error=error))  # fmt: skip
+                continue
+            if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+                error = _ExtractionError(
+                    f"the timestamp extractor returned {timestamp!r}; it must return "
+                    "milliseconds as an int >= 0"
+                )
+                out.append(ExtractedRecord(raw.key, raw.value, raw.timestamp_ms, raw.offset,
+                                           headers, error=error))  # fmt: skip
+                continue
+            partition_time = max(partition_time, timestamp)
+            out.append(ExtractedRecord(raw.key, raw.value, timestamp, raw.offset, headers,
+                                       key, value))  # fmt: skip
+        self._partition_time[tp] = partition_time
+        return out
 
     def buffered_records(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -336,8 +453,8 @@ class StreamTask:
         consumed = self._consumed
         entries = self._entries
         taken = processed = 0
-        raw: ConsumedRecord | None = None
-        last: ConsumedRecord | None = None
+        raw: ConsumedRecord | ExtractedRecord | None = None
+        last: ConsumedRecord | ExtractedRecord | None = None
         try:
             while taken < max_records:
                 if single:
@@ -353,10 +470,19 @@ class StreamTask:
                 raw = queue.popleft()
                 taken += 1
                 timestamp = raw.timestamp_ms
-                if timestamp < 0:
+                key_serde, value_serde, entry, extracted = entries[topic]
+                if extracted:
+                    # Deserialized and timed when added (see _extract).
+                    failure = raw.error  # type: ignore[union-attr]
+                    if failure is not None:
+                        self._deserialization_failed(topic, partition, raw, failure)
+                    else:
+                        key, value = raw.decoded_key, raw.decoded_value  # type: ignore[union-attr]
+                elif timestamp < 0:
                     self._negative_timestamp(topic, partition, raw)
+                    failure = _SKIPPED
                 else:
-                    key_serde, value_serde, entry = entries[topic]
+                    failure = None
                     try:
                         key = (
                             raw.key if key_serde is None else key_serde.deserialize(topic, raw.key)
@@ -367,18 +493,20 @@ class StreamTask:
                         )  # fmt: skip
                     except SerializationError as exc:
                         self._deserialization_failed(topic, partition, raw, exc)
-                    else:
-                        # Stream time moves before processing, so the record's own windows see it.
-                        if timestamp > self.stream_time:
-                            self.stream_time = timestamp
-                        offset = raw.offset
-                        self.current_offset = offset
-                        self.current_timestamp_ms = timestamp
-                        headers = raw.headers
-                        entry(key, value, Record(key, value, timestamp,
-                                                 list(headers) if headers else [], topic,
-                                                 partition, offset))  # fmt: skip
-                        processed += 1
+                        failure = exc
+                if failure is None:
+                    # Stream time moves before processing, so the record's own windows see it.
+                    if timestamp > self.stream_time:
+                        self.stream_time = timestamp
+                    offset = raw.offset
+                    self.current_offset = offset
+                    self._current_raw = raw
+                    self.current_timestamp_ms = timestamp
+                    headers = raw.headers
+                    entry(key, value, Record(key, value, timestamp,
+                                             list(headers) if headers else [], topic,
+                                             partition, offset))  # fmt: skip
+                    processed += 1
                 if not single:  # one queue: its offset is recorded once, below
                     consumed[tp] = raw.offset + 1
                 last, raw = raw, None
@@ -443,30 +571,98 @@ class StreamTask:
                         return None
         return chosen
 
-    def _negative_timestamp(self, topic: str, partition: int, raw: ConsumedRecord) -> None:
+    def _negative_timestamp(
+        self, topic: str, partition: int, raw: ConsumedRecord | ExtractedRecord
+    ) -> None:
         log.warning("dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset)
         self.metrics.increment(DROPPED_RECORDS)
 
     def _deserialization_failed(
-        self, topic: str, partition: int, raw: ConsumedRecord, exc: SerializationError
+        self,
+        topic: str,
+        partition: int,
+        raw: ConsumedRecord | ExtractedRecord,
+        exc: SerializationError,
     ) -> None:
         where = f"{topic}-{partition}@{raw.offset}"
         if self.config.default_deserialization_exception_handler == "fail":
+            if isinstance(exc, _ExtractionError):
+                problem, fix = f"has no event time for {where}", "Fix the timestamp extractor"
+            else:
+                problem, fix = f"cannot deserialize {where}", "Fix the serde"
             raise SerializationError(
-                f"task {self.task_id} cannot deserialize {where}: {exc}. Fix the serde, or set "
+                f"task {self.task_id} {problem}: {exc}. {fix}, or set "
                 "default_deserialization_exception_handler='log_and_continue' to skip such records"
             ) from exc
         log.warning("skipping record %s that cannot be deserialized: %s", where, exc)
         self.metrics.increment(DESERIALIZATION_ERRORS)
         self.metrics.increment(DROPPED_RECORDS)
-        if self.config.dead_letter_topic:
-            headers = list(raw.headers) + [
-                ("fluvial.error", str(exc).encode()),
-                ("fluvial.source", where.encode()),
+        self._dead_letter(raw, topic, partition, exc)
+
+    def _dead_letter(
+        self,
+        raw: ConsumedRecord | ExtractedRecord | None,
+        topic: str | None,
+        partition: int | None,
+        exc: BaseException,
+        node: str | None = None,
+    ) -> None:
+        """Send the record as it was consumed to the dead-letter topic, if there is one, with
+        what went wrong and where it came from in headers. It goes through the collector, so
+        under exactly-once it commits (or aborts) with the offsets that pass the record."""
+        dead_letter_topic = self.config.dead_letter_topic
+        if not dead_letter_topic:
+            return
+        headers = list(raw.headers) if raw is not None else []
+        headers.append(("fluvial.error", f"{type(exc).__name__}: {exc}".encode()
+                        if node is not None else str(exc).encode()))  # fmt: skip
+        if node is not None:
+            headers.append(("fluvial.node", node.encode()))
+        if raw is not None and topic is not None:
+            headers += [
+                ("fluvial.source", f"{topic}-{partition}@{raw.offset}".encode()),
+                ("fluvial.topic", topic.encode()),
+                ("fluvial.partition", str(partition).encode()),
+                ("fluvial.offset", str(raw.offset).encode()),
             ]
-            self.collector.send(
-                self.config.dead_letter_topic, raw.key, raw.value, raw.timestamp_ms, headers, None
-            )
+        key, value = (raw.key, raw.value) if raw is not None else (None, None)
+        timestamp = raw.timestamp_ms if raw is not None else self.current_timestamp_ms
+        self.collector.send(dead_letter_topic, key, value, timestamp, headers, None)
+
+    # -- processing errors ------------------------------------------------------------------
+    def _guard(self, node: str, work: Callable[..., None]) -> Callable[..., None]:
+        """``work`` of node ``node`` (its process, or its fused step) under the
+        log-and-continue processing handler: an exception a user's code raises there skips
+        the record at that node only (its siblings still get it, as in Kafka Streams), is
+        counted per node and becomes a dead letter. fluvial's own errors pass through."""
+
+        def guarded(*args: Any) -> None:
+            try:
+                work(*args)
+            except FluvialError:
+                raise
+            except Exception as exc:
+                self._processing_failed(node, exc)
+
+        return guarded
+
+    def _processing_failed(self, node: str, exc: Exception) -> None:
+        if exc is self._collector_error:
+            raise exc  # the producer failed, not the user's code: never skipped
+        topic, partition = self.current_topic, self.current_partition
+        # The consumed record in process, unless a punctuator or a commit's flush is running.
+        raw = self._current_raw if topic is not None and not self._flushing else None
+        if raw is None:
+            topic = partition = None
+        if raw is not None:
+            where = f"{topic}-{partition}@{raw.offset}"
+        else:
+            where = "a record of a cache flush" if self._flushing else "a punctuation"
+        log.warning("skipping %s at %s: %s: %s", where, node, type(exc).__name__, exc)
+        self.metrics.increment(PROCESSING_ERRORS)
+        self.metrics.increment(f"{PROCESSING_ERRORS}:{node}")
+        self.metrics.increment(DROPPED_RECORDS)
+        self._dead_letter(raw, topic, partition, exc, node)
 
     # -- punctuation ------------------------------------------------------------------------
     def schedule(
@@ -500,7 +696,11 @@ class StreamTask:
     def _punctuate(self, schedule: PunctuationSchedule, now_ms: int) -> None:
         self.current_topic = self.current_partition = self.current_offset = None
         self.current_timestamp_ms = now_ms
-        schedule.callback(now_ms)
+        if self._guarded:
+            # A punctuator's own exception is its node's processing error too.
+            self._guard(schedule.node_name, schedule.callback)(now_ms)
+        else:
+            schedule.callback(now_ms)
         self.metrics.increment(PUNCTUATIONS)
 
     # -- commit -----------------------------------------------------------------------------
@@ -510,8 +710,12 @@ class StreamTask:
         Upstream stores flush first: a cache flush forwards records that may write into
         downstream stores, which must then be flushed in turn.
         """
-        for store in self.stores.values():
-            store.flush()
+        self._flushing = True  # what a cache forwards now is no consumed record's doing
+        try:
+            for store in self.stores.values():
+                store.flush()
+        finally:
+            self._flushing = False
         self.commit_requested = False
 
     def committable_offsets(self) -> dict[TopicPartition, int]:

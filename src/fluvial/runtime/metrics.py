@@ -22,6 +22,7 @@ class WorkerMetrics:
     commit_latency_total_s: float = 0.0
     commit_latency_max_s: float = 0.0
     dropped_records: int = 0
+    processing_errors: int = 0
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
@@ -60,6 +61,7 @@ _WORKER_COUNTERS = (
     ("commit_latency_avg_s", "gauge", "Average commit latency in seconds"),
     ("commit_latency_max_s", "gauge", "Maximum commit latency in seconds"),
     ("dropped_records", "counter", "Records dropped (late, or undeserializable and skipped)"),
+    ("processing_errors", "counter", "Records a user's code raised on, skipped (log_and_continue)"),
     ("lag", "gauge", "Records behind the end of the input partitions"),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
@@ -121,7 +123,21 @@ class WorkerMetricsCollector(Collector):
                     standby.add_metric([self.application_id, str(w.slot), task_id, store], lag)
         yield standby
         task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
-        for name in task_names:
+        per_node = [n for n in task_names if ":" in n]  # "processing-errors:NODE"
+        for base in sorted({n.split(":", 1)[0] for n in per_node}):
+            family = CounterMetricFamily(
+                f"fluvial_node_{base.replace('-', '_')}",
+                f"Node counter {base}",
+                labels=["application_id", "task", "node"],
+            )
+            for w in workers:
+                for task_id, counters in sorted(w.task_metrics.items()):
+                    for name, count in sorted(counters.items()):
+                        if name.startswith(base + ":"):
+                            node = name.split(":", 1)[1]
+                            family.add_metric([self.application_id, task_id, node], float(count))
+            yield family
+        for name in (n for n in task_names if ":" not in n):
             family = CounterMetricFamily(
                 "fluvial_task_" + name.replace("-", "_"),
                 f"Task counter {name}",

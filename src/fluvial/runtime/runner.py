@@ -55,6 +55,8 @@ def status_line(app: Application, started: float) -> str:
         line += f"  restoring {done} of {stores} stores"
         if totals["restore_total"]:
             line += f" ({int(totals['restored']):,} of {int(totals['restore_total']):,} records)"
+    if totals["processing_errors"]:
+        line += f"  errors {int(totals['processing_errors']):,}"
     return line + f"  [{time.monotonic() - started:.0f}s]"
 
 

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
@@ -29,7 +37,7 @@ from fluvial.errors import ConfigError, StreamsError
 from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.completeness import WriterState
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import DROPPED_RECORDS, PROCESSING_ERRORS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
@@ -186,9 +194,20 @@ class Worker:
         self.global_tables = GlobalTables(self.topology, self.config)
         self.global_tables.bootstrap()
         self._open_tasks(committed)
-        # Offset -2 means "the earliest", for partitions that never had a commit.
+        # A partition that never had a commit starts where its source says: the earliest
+        # offset (-2) or the latest (-1).
+        resets = {
+            topic: OFFSET_END if source.auto_offset_reset == "latest" else OFFSET_BEGINNING
+            for sub in self.topology.subtopologies(self.config.application_id)
+            for topic, source in sub.source_node_for().items()
+        }
         self._consumer.assign(
-            [TopicPartition(t, p, committed.get((t, p), (-2, -1))[0]) for t, p in self._all_tps()]
+            [
+                TopicPartition(
+                    t, p, committed.get((t, p), (resets.get(t, OFFSET_BEGINNING), -1))[0]
+                )
+                for t, p in self._all_tps()
+            ]
         )
         self._paused.clear()
         if self.standby_task_ids:
@@ -755,6 +774,9 @@ class Worker:
         assert self._consumer is not None
         self.metrics.dropped_records = sum(
             t.metrics.get(DROPPED_RECORDS) for t in self.tasks.values()
+        )
+        self.metrics.processing_errors = sum(
+            t.metrics.get(PROCESSING_ERRORS) for t in self.tasks.values()
         )
         lag = 0
         for (topic, partition), task in self._task_by_tp.items():

@@ -142,6 +142,15 @@ class SparkApplication:
         loaded = load_app(self.app_path)
         self.topology: Topology = loaded.topology
         self.config = config or loaded.config or StreamsConfig()
+        extractor = self.config.default_timestamp_extractor
+        if extractor is not None and (
+            loaded.config is None or loaded.config.default_timestamp_extractor is None
+        ):
+            # Executors rebuild the app from APP.py; a function given only here cannot travel.
+            raise ConfigError(
+                f"default_timestamp_extractor must be set in {self.app_path.name}'s own "
+                "config = StreamsConfig(...) on the Spark engine: executors take it from there"
+            )
         self.master = master
         self.fixed_slots = slots
         self.lease_seconds = lease_seconds or lease_seconds_from_env()
@@ -410,7 +419,7 @@ class SparkApplication:
             generation=self.generation,
             lease=self.leases,
             lease_seconds=self.lease_seconds,
-            config=self.config,
+            config=self.config.with_overrides(default_timestamp_extractor=None),
             slots=self.layout,
             expected=dict(self._expected),
             final=final,
@@ -418,6 +427,7 @@ class SparkApplication:
             serve_token=self._serve_token,
             progress_address=self._progress.address if self._progress else None,
             progress_token=self._progress.token if self._progress else None,
+            timestamp_extractor_from_app=self.config.default_timestamp_extractor is not None,
         )
         self.sc.setJobGroup(
             self.job_group,

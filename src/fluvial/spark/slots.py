@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -67,6 +68,8 @@ _COUNTERS = (
     "commits",
     "commit_latency_total_s",
     "dropped_records",
+    "processing_errors",
+    "copartition_mismatches",
     "restore_total",
     "restored",
     "standby_applied",
@@ -133,6 +136,8 @@ class LeasePlan:
     # Where the driver takes live progress reports (fluvial.spark.progress), and their token.
     progress_address: str | None = None
     progress_token: str | None = field(default=None, repr=False)
+    # The config's default_timestamp_extractor travels as APP.py, not in ``config``.
+    timestamp_extractor_from_app: bool = False
 
 
 @dataclass
@@ -174,6 +179,7 @@ _entries: dict[tuple[str, int], _Entry] = {}
 _entries_lock = threading.Lock()
 _janitor: threading.Thread | None = None
 _apps: dict[str, Topology] = {}
+_app_extractors: dict[str, Callable[[Any, int], int] | None] = {}
 
 
 def lease_partition(
@@ -194,7 +200,7 @@ def lease_partition(
 def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> LeaseResult:
     """Run slot ``slot`` for one lease in this process and report what it did."""
     _start_janitor()
-    config = _executor_config(plan.config)
+    config = _executor_config(plan, source)
     started = time.monotonic()
     # What the driver sees while the lease runs: the Worker (restoring, then running) and
     # its counters since the lease began.
@@ -322,9 +328,23 @@ def _serve_queries(
         return None
 
 
-def _executor_config(config: StreamsConfig) -> StreamsConfig:
+def _executor_config(plan: LeasePlan, source: AppSource) -> StreamsConfig:
+    config = plan.config
+    overrides: dict[str, Any] = {}
     state_dir = os.environ.get(EXECUTOR_STATE_DIR_ENV)
-    return config.with_overrides(state_dir=state_dir) if state_dir else config
+    if state_dir:
+        overrides["state_dir"] = state_dir
+    if plan.timestamp_extractor_from_app:
+        # A function does not travel in the plan (it lives in APP.py, which executors rebuild).
+        _topology(source)
+        extractor = _app_extractors.get(source.digest)
+        if extractor is None:
+            raise ConfigError(
+                f"the driver's default_timestamp_extractor is not in {source.filename}'s config: "
+                "on the Spark engine define it in APP.py's config = StreamsConfig(...)"
+            )
+        overrides["default_timestamp_extractor"] = extractor
+    return config.with_overrides(**overrides) if overrides else config
 
 
 def _progress(live: dict[str, object]) -> dict[str, float] | None:
@@ -443,7 +463,10 @@ def _topology(source: AppSource) -> Topology:
             partial.write_text(source.text)
             partial.replace(path)
         try:
-            topology = load_app(path).topology
+            loaded = load_app(path)
+            topology = loaded.topology
+            if loaded.config is not None:
+                _app_extractors[source.digest] = loaded.config.default_timestamp_extractor
         except KeyError as error:
             name = error.args[0] if error.args else None
             if name not in source.withheld:

@@ -7,12 +7,14 @@ user sees every mistake in one error instead of fixing them one run at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fluvial.errors import TopologyError
 from fluvial.processor.api import ProcessorSupplier
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import (
+    OFFSET_RESETS,
     Node,
     ProcessorNode,
     SinkNode,
@@ -70,6 +72,9 @@ class InternalTopologyBuilder:
         topics: list[str],
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
+        *,
+        timestamp_extractor: Callable[[Any, int], int] | None = None,
+        auto_offset_reset: str = "earliest",
     ) -> None:
         if not topics:
             self._problems.append(f"source {name!r} reads no topic: give at least one topic name")
@@ -80,8 +85,25 @@ class InternalTopologyBuilder:
                         f"topic {topic!r} is read by two sources ({other.name!r} and {name!r}): "
                         "read it once and reuse the stream (merge, or branch with split())"
                     )
+        if timestamp_extractor is not None and not callable(timestamp_extractor):
+            self._problems.append(
+                f"source {name!r}: timestamp_extractor must be a function "
+                f"(record, partition_time_ms) -> int milliseconds, got {timestamp_extractor!r}"
+            )
+        if auto_offset_reset not in OFFSET_RESETS:
+            self._problems.append(
+                f"source {name!r}: auto_offset_reset must be one of {', '.join(OFFSET_RESETS)}, "
+                f"got {auto_offset_reset!r}"
+            )
         self._add(
-            SourceNode(name, topics=list(topics), key_serde=key_serde, value_serde=value_serde)
+            SourceNode(
+                name,
+                topics=list(topics),
+                key_serde=key_serde,
+                value_serde=value_serde,
+                timestamp_extractor=timestamp_extractor,
+                auto_offset_reset=auto_offset_reset,
+            )
         )
 
     def add_processor(
@@ -143,13 +165,16 @@ class InternalTopologyBuilder:
         value_serde: Serde[Any] | None,
         processor_name: str,
         supplier: ProcessorSupplier,
+        timestamp_extractor: Callable[[Any, int], int] | None = None,
     ) -> None:
         """A store filled from every partition of ``topic``, readable by every task.
 
         The topic is the store's changelog (restoring means re-reading it), so the store has no
         changelog topic of its own.
         """
-        self.add_source(source_name, [topic], key_serde, value_serde)
+        self.add_source(
+            source_name, [topic], key_serde, value_serde, timestamp_extractor=timestamp_extractor
+        )
         self.add_processor(processor_name, supplier, [source_name])
         self.add_store(spec, processor_name)
         self.global_nodes |= {source_name, processor_name}

@@ -16,6 +16,8 @@ from fluvial.serdes import Serde
 StreamPartitioner = Callable[[str, Any, Any, int], int | None]
 """``(topic, key, value, num_partitions) -> partition`` or ``None`` for the default partitioner."""
 
+OFFSET_RESETS = ("earliest", "latest")
+
 
 @dataclass
 class Node:
@@ -36,6 +38,10 @@ class SourceNode(Node):
     topics: list[str] = field(default_factory=list)
     key_serde: Serde[Any] | None = None
     value_serde: Serde[Any] | None = None
+    # fn(record, partition_time_ms) -> event time in ms; None: the config's default, if any.
+    timestamp_extractor: Callable[[Any, int], int] | None = None
+    # Where to start in a partition with no committed offset: "earliest" or "latest".
+    auto_offset_reset: str = "earliest"
 
 
 @dataclass
