@@ -18,7 +18,8 @@ from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
 
 app = typer.Typer(
-    help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark.",
+    help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark. "
+    "Errors are one message; add --debug anywhere on the command line for their tracebacks.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -63,7 +64,18 @@ def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
         check_connection(bootstrap, settings)
 
 
+# --debug anywhere on the command line: errors come with their tracebacks (main() sets it).
+_debug = False
+
+
 def _fail(error: Exception) -> None:
+    if _debug:
+        import traceback
+
+        console.print(
+            "".join(traceback.format_exception(error)), highlight=False, markup=False,
+            soft_wrap=True,
+        )  # fmt: skip
     console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
 
@@ -725,6 +737,10 @@ def _verify_differential(count: int, seed: int, json_file: Path | None) -> None:
 
 
 def main() -> None:
+    global _debug
+    if "--debug" in sys.argv[1:]:
+        _debug = True
+        sys.argv = [arg for arg in sys.argv if arg != "--debug"]
     app()
 
 
