@@ -31,6 +31,10 @@ app.add_typer(bench_app, name="bench")
 from fluvial.sinks.cli import sink_app  # noqa: E402 - beside the other sub-apps
 
 app.add_typer(sink_app, name="sink")
+from fluvial.kafka.tools_cli import tail, topics_app  # noqa: E402 - beside the other sub-apps
+
+app.add_typer(topics_app, name="topics")
+app.command("tail")(tail)
 
 console = Console(stderr=True)
 out = Console()
