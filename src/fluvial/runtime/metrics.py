@@ -22,6 +22,9 @@ class WorkerMetrics:
     commit_latency_total_s: float = 0.0
     commit_latency_max_s: float = 0.0
     dropped_records: int = 0
+    # Of the dropped records, those skipped because they could not be deserialized (the
+    # rest are late): the status line shows them apart.
+    skipped_records: int = 0
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
@@ -60,6 +63,7 @@ _WORKER_COUNTERS = (
     ("commit_latency_avg_s", "gauge", "Average commit latency in seconds"),
     ("commit_latency_max_s", "gauge", "Maximum commit latency in seconds"),
     ("dropped_records", "counter", "Records dropped (late, or undeserializable and skipped)"),
+    ("skipped_records", "counter", "Undeserializable records skipped (log_and_continue)"),
     ("lag", "gauge", "Records behind the end of the input partitions"),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),

@@ -387,9 +387,11 @@ class _Runner:
                     raise self._consumer_error(error)
             if batch and deadline is None:
                 deadline = time.monotonic() + sink.commit_interval_ms / 1000
+            # In the loop: an idle sink waits here, and its lag must still come down to 0.
+            self._refresh_lag(batch)
             if not batch and self.stop_at_end and self.at_end >= set(self.partitions):
                 break
-        self._refresh_lag()
+        self._refresh_lag(batch)
         return batch
 
     def _consumer_error(self, error: KafkaError) -> FluvialError:
@@ -504,17 +506,22 @@ class _Runner:
             sink._progress.committed = _named(self.committed)
         self._assign()
 
-    def _refresh_lag(self) -> None:
+    def _refresh_lag(self, pending: list[Any]) -> None:
+        """Records not yet committed: those past the consumer's position, plus ``pending``
+        (read, not yet committed). Measured from the consumer's position, which moves past
+        transaction markers, and not from the committed offsets, which stop before a marker:
+        a caught-up sink shows 0."""
         now = time.monotonic()
         if now - self._lag_checked < 2.0 or self.consumer is None:
             return
         self._lag_checked = now
-        lag = 0
+        lag = len(pending)
         try:
-            for tp in self.partitions:
+            positions = self.consumer.position([KafkaPartition(*tp) for tp in self.partitions])
+            for tp, position in zip(self.partitions, positions, strict=True):
                 _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
-                position = self.committed.get(tp)
-                lag += max(0, high - (position or 0))
+                start = position.offset if position.offset >= 0 else self.committed.get(tp)
+                lag += max(0, high - (start or 0))
         except KafkaException:
             return
         with self.sink._lock:

@@ -67,6 +67,7 @@ _COUNTERS = (
     "commits",
     "commit_latency_total_s",
     "dropped_records",
+    "skipped_records",
     "restore_total",
     "restored",
     "standby_applied",
