@@ -178,7 +178,24 @@ def kafka_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Show whether a local cluster runs, its brokers and bootstrap servers. Exit 1 if down."""
+    from fluvial.kafka.local import find_cluster_on_port
+
     cluster = _cluster(data_dir, port)
+    if not (cluster.data_dir / "cluster.json").exists():
+        # Nothing was started in that directory: look for the cluster by its port instead.
+        found = find_cluster_on_port(port) if data_dir is None else None
+        if found is None:
+            where = f"in {cluster.data_dir}" if data_dir is not None else f"on port {port}"
+            console.print(
+                f"not serving: no local cluster {where} (fluvial kafka start"
+                f"{'' if data_dir is None else ' --data-dir ' + str(data_dir)} --port {port} "
+                "starts one)",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
+            if as_json:
+                out.print_json(json.dumps({"serving": False, "data_dir": None, "port": port}))
+            raise typer.Exit(code=1)
+        cluster = _cluster(found, port)
     status = cluster.status()
     if as_json:
         out.print_json(json.dumps(status))
