@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "reference" / "examples.md"
 
 
+@pytest.mark.slow
 def test_docs_build_strictly(tmp_path: Path) -> None:
     result = processes.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],

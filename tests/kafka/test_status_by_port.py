@@ -12,7 +12,7 @@ from tests import processes
 
 from fluvial.kafka import LocalKafka, free_port
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def status(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from tests import processes
 from fluvial import serdes
 from fluvial.records import Window, Windowed
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def fluvial(*args: str) -> subprocess.CompletedProcess[str]:

@@ -126,6 +126,7 @@ def test_modules_beside_app_py_import_by_plain_name(tmp_path: Path) -> None:
     assert "orders-in" in result.stdout
 
 
+@pytest.mark.slow
 def test_unreachable_kafka_is_one_message_within_the_timeout(tmp_path: Path) -> None:
     app = write_app(
         tmp_path,

@@ -52,6 +52,7 @@ def counting_app(source: str, sink: str) -> StreamsBuilder:
     return builder
 
 
+@pytest.mark.slow
 def test_lag_reaches_zero_skips_are_skips_and_restores_finish(
     bootstrap_servers: str, topic_factory: Callable[..., str], app_id_factory, tmp_path: Path
 ) -> None:
