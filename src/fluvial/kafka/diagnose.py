@@ -91,10 +91,9 @@ def check_reachable(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap_servers, **(settings or {}), "log_level": 0,
-         "error_cb": lambda _error: None}
-    )  # fmt: skip
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **(settings or {}),
+                              "log_level": 0, "error_cb": lambda _error: None}  # fmt: skip
+    admin = AdminClient(config)
     end = time.monotonic() + timeout_s
     reason = ""
     while True:

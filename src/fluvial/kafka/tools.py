@@ -45,9 +45,12 @@ def connect(bootstrap_servers: str, settings: Mapping[str, str]) -> None:
 
 
 def _admin(bootstrap_servers: str, settings: Mapping[str, str]) -> AdminClient:
-    return AdminClient(
-        {"bootstrap.servers": bootstrap_servers, **settings, "logger": kafka_logger()}
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        **settings,
+        "logger": kafka_logger(),
+    }
+    return AdminClient(config)
 
 
 def parse_configs(pairs: list[str]) -> dict[str, str]:
@@ -250,7 +253,7 @@ def _read_to_end(
         error = message.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
+                at_end.add(int(message.partition() or 0))
                 continue
             raise FluvialError(f"cannot read {topic!r}: {error.str()}")
         yield _decoded(message, key, value)

@@ -95,8 +95,8 @@ def _where(error: BaseException, file: Path) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     target = str(file.resolve())
     mine = [f for f in frames if Path(f.filename).resolve().as_posix() == target]
-    frame = (mine or frames[-1:] or [None])[-1]
-    if frame is None:
+    if not (mine or frames):
         return str(file)
+    frame = (mine or frames)[-1]
     code = f" ({frame.line.strip()})" if frame.line else ""
     return f"{frame.filename}:{frame.lineno}{code}"
