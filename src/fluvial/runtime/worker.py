@@ -734,6 +734,8 @@ class Worker:
                 future.result()
         except Exception as exc:  # purging is housekeeping: never fail processing for it
             log.warning("could not purge repartition records: %s", exc)
+        # Serves the admin client's librdkafka log lines (they reach Python logging on poll).
+        self._admin.poll(0)
 
     def _metadata(self, task: StreamTask) -> str:
         ends = {
