@@ -86,7 +86,8 @@ def test_lag_reaches_zero_skips_are_skips_and_restores_finish(
             120, "the restore to reach its total",
         )  # fmt: skip
         wait_for(lambda: summarize(app.metrics())["lag"] == 0, 60, "lag 0 after the restore")
-        assert "restoring" not in status_line(app, started)
+        wait_for(lambda: "restoring" not in status_line(app, started), 60,
+                 "the status line to stop saying 'restoring'")  # fmt: skip
 
 
 def test_status_line_shows_restoring_k_of_n() -> None:
