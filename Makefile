@@ -5,14 +5,14 @@ UV_VERSION := 0.13.9
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/.tools/bin/uv)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: setup jars lint format typecheck test test-fast demo clean
+.PHONY: setup jars lint format typecheck docs test test-fast demo clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
 	$(CURDIR)/.tools/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 setup: $(UV)  ## install the Python environment (uv) and resolve the Kafka and Spark jars once
-	$(UV) sync --frozen --group bench
+	$(UV) sync --frozen --group bench --group docs
 	$(UV) run python -m fluvial.jvm
 
 jars: setup
@@ -28,7 +28,10 @@ format:
 typecheck:
 	$(UV) run mypy src/fluvial
 
-test: setup lint  ## lint, then the whole suite (unit + integration on local Kafka and Spark)
+docs: setup  ## the guides and the API reference into site/; fails on a broken reference or an undocumented public name
+	$(UV) run mkdocs build --strict
+
+test: setup lint docs  ## lint, build the docs, then the whole suite (unit + integration on local Kafka and Spark)
 	$(UV) run pytest
 
 test-fast: setup  ## the suite without tests marked slow
@@ -38,4 +41,4 @@ demo: setup  ## Figure 2 on Spark under exactly-once, crashed part-way, checked 
 	$(UV) run fluvial demo
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .mypy_cache
+	rm -rf .pytest_cache .ruff_cache .mypy_cache site

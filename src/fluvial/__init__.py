@@ -1,6 +1,7 @@
 """fluvial: Kafka Streams' design for Python — revisions, grace periods and exactly-once.
 
-The public names users need are importable from here; see ``shared/API.md``.
+The public names users need are importable from here. The guides are in ``docs/`` (start at
+``README.md``); the API reference is ``docs/reference/``, built into HTML by ``make docs``.
 """
 
 import fluvial.startup  # noqa: F401 - first: a SIGTERM while fluvial starts exits cleanly

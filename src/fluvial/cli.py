@@ -18,7 +18,8 @@ from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
 
 app = typer.Typer(
-    help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark.",
+    help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark. "
+    "Errors are one message; add --debug anywhere on the command line for their tracebacks.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -30,6 +31,10 @@ app.add_typer(bench_app, name="bench")
 from fluvial.sinks.cli import sink_app  # noqa: E402 - beside the other sub-apps
 
 app.add_typer(sink_app, name="sink")
+from fluvial.kafka.tools_cli import tail, topics_app  # noqa: E402 - beside the other sub-apps
+
+app.add_typer(topics_app, name="topics")
+app.command("tail")(tail)
 
 console = Console(stderr=True)
 out = Console()
@@ -63,7 +68,18 @@ def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
         check_connection(bootstrap, settings)
 
 
+# --debug anywhere on the command line: errors come with their tracebacks (main() sets it).
+_debug = False
+
+
 def _fail(error: Exception) -> None:
+    if _debug:
+        import traceback
+
+        console.print(
+            "".join(traceback.format_exception(error)), highlight=False, markup=False,
+            soft_wrap=True,
+        )  # fmt: skip
     console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=1)
 
@@ -201,7 +217,24 @@ def kafka_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Show whether a local cluster runs, its brokers and bootstrap servers. Exit 1 if down."""
+    from fluvial.kafka.local import find_cluster_on_port
+
     cluster = _cluster(data_dir, port)
+    if not (cluster.data_dir / "cluster.json").exists():
+        # Nothing was started in that directory: look for the cluster by its port instead.
+        found = find_cluster_on_port(port) if data_dir is None else None
+        if found is None:
+            where = f"in {cluster.data_dir}" if data_dir is not None else f"on port {port}"
+            console.print(
+                f"not serving: no local cluster {where} (fluvial kafka start"
+                f"{'' if data_dir is None else ' --data-dir ' + str(data_dir)} --port {port} "
+                "starts one)",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
+            if as_json:
+                out.print_json(json.dumps({"serving": False, "data_dir": None, "port": port}))
+            raise typer.Exit(code=1)
+        cluster = _cluster(found, port)
     status = cluster.status()
     if as_json:
         out.print_json(json.dumps(status))
@@ -761,6 +794,10 @@ def _verify_differential(count: int, seed: int, json_file: Path | None) -> None:
 
 
 def main() -> None:
+    global _debug
+    if "--debug" in sys.argv[1:]:
+        _debug = True
+        sys.argv = [arg for arg in sys.argv if arg != "--debug"]
     app()
 
 

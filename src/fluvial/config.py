@@ -82,6 +82,11 @@ class StreamsConfig:
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
     client_config: dict[str, Any] = field(default_factory=dict)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> StreamsConfig:
+        # Before the dataclass's own __init__, whose TypeError would not say what to write.
+        _refuse_unknown(kwargs)
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         if not self.application_id or not _APPLICATION_ID.match(self.application_id):
             raise ConfigError(
@@ -145,10 +150,7 @@ class StreamsConfig:
 
     def with_overrides(self, **overrides: Any) -> StreamsConfig:
         """A copy with some settings replaced; unknown names are an error."""
-        known = {f.name for f in fields(self)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"unknown StreamsConfig setting(s): {', '.join(unknown)}")
+        _refuse_unknown(overrides)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if "processing_guarantee" in overrides and "commit_interval_ms" not in overrides:
             values["commit_interval_ms"] = None
@@ -161,3 +163,21 @@ class StreamsConfig:
         shown["client_config"] = {k: "***" for k in self.client_config}
         inner = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         return f"StreamsConfig({inner})"
+
+
+def _refuse_unknown(settings: dict[str, Any]) -> None:
+    """An unknown setting is an error naming it and the setting it most looks like."""
+    import difflib
+
+    known = [f.name for f in fields(StreamsConfig)]
+    unknown = sorted(set(settings) - set(known))
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hints.append(f"{name!r} (did you mean {near[0]!r}?)" if near else repr(name))
+    raise ConfigError(
+        f"unknown StreamsConfig setting(s): {', '.join(hints)}; the settings are listed in "
+        "docs/reference (fluvial.StreamsConfig)"
+    )

@@ -29,6 +29,25 @@ class PeerSetupError(FluvialError):
     pass
 
 
+def find_uv() -> str:
+    """uv: on PATH, the one running us (``uv run`` sets ``$UV``), or the one ``make setup``
+    installed into the checkout's ``.tools/bin``."""
+    import os
+
+    candidates = [
+        shutil.which("uv"),
+        os.environ.get("UV"),
+        str(REPO_ROOT / ".tools" / "bin" / "uv"),
+    ]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise PeerSetupError(
+        "installing the Python peers needs uv: run 'make setup' (it installs uv into "
+        f"{REPO_ROOT / '.tools' / 'bin'}), or put uv on PATH (pip install uv)"
+    )
+
+
 def venv_dir(peer: str) -> Path:
     package, version = PYTHON_PEERS[peer]
     return cache_dir() / "bench" / f"{peer}-{version}"
@@ -43,9 +62,7 @@ def peer_python(peer: str, *, install: bool = True) -> Path:
         return python
     if not install:
         raise PeerSetupError(f"{peer} is not installed: run 'fluvial bench setup'")
-    uv = shutil.which("uv")
-    if uv is None:
-        raise PeerSetupError("installing the Python peers needs uv on PATH (pip install uv)")
+    uv = find_uv()
     package, version = PYTHON_PEERS[peer]
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     steps = [

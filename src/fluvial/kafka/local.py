@@ -68,6 +68,28 @@ def default_data_dir(port: int = DEFAULT_PORT) -> Path:
     return home / f"kafka-{port}"
 
 
+def find_cluster_on_port(port: int) -> Path | None:
+    """The data directory of a running local cluster with a broker on ``port``, wherever it
+    was started (``--data-dir`` anywhere): found from its broker processes' command lines."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"kafka.Kafka" not in args:
+            continue
+        properties = Path(args[args.index(b"kafka.Kafka") + 1].decode(errors="replace"))
+        data_dir = properties.parent.parent
+        if not (data_dir / "cluster.json").exists():
+            continue
+        try:
+            if port in LocalKafka(data_dir).broker_ports:
+                return data_dir
+        except Exception:  # noqa: BLE001 - an unreadable cluster is not the one asked for
+            continue
+    return None
+
+
 def port_is_free(port: int, host: str = HOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -416,6 +416,11 @@ class StreamTask:
         holds for a slower writer do not: pausing would keep that writer's records out."""
         return sum(len(q) for tp, q in self._queues.items() if tp not in self._merged)
 
+    def buffered_in(self, tp: TopicPartition) -> int:
+        """Records of one input partition fetched and not processed yet."""
+        queue = self._queues.get(tp)
+        return len(queue) if queue is not None else 0
+
     def process_one(self, wall_clock_ms: int | None = None) -> bool:
         """Process the next record, if one may go now; return whether one did.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.config import StreamsConfig
+from fluvial.kafka.diagnose import kafka_logger
 
 
 def _common(config: StreamsConfig) -> dict[str, Any]:
@@ -17,6 +18,8 @@ def _common(config: StreamsConfig) -> dict[str, Any]:
         "bootstrap.servers": config.bootstrap_servers,
         "client.id": config.application_id,
         **config.client_config,
+        # librdkafka's lines through Python logging, warning and above, each repeat once.
+        "logger": kafka_logger(),
     }
 
 

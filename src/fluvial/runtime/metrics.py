@@ -23,6 +23,9 @@ class WorkerMetrics:
     commit_latency_max_s: float = 0.0
     dropped_records: int = 0
     processing_errors: int = 0
+    # Of the dropped records, those skipped because they could not be deserialized (the
+    # rest are late): the status line shows them apart.
+    skipped_records: int = 0
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
@@ -62,6 +65,7 @@ _WORKER_COUNTERS = (
     ("commit_latency_max_s", "gauge", "Maximum commit latency in seconds"),
     ("dropped_records", "counter", "Records dropped (late, or undeserializable and skipped)"),
     ("processing_errors", "counter", "Records a user's code raised on, skipped (log_and_continue)"),
+    ("skipped_records", "counter", "Undeserializable records skipped (log_and_continue)"),
     ("lag", "gauge", "Records behind the end of the input partitions"),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),

@@ -120,6 +120,7 @@ class Restorer:
         consumer.assign([TopicPartition(topic, partition, start)])
         restored = 0
         position = start
+        counted = start  # offsets already counted in metrics.restored
         stalled_since = time.monotonic()
         while position < end:
             if time.monotonic() - stalled_since > STALL_TIMEOUT_S:
@@ -153,7 +154,10 @@ class Restorer:
             if batch:
                 task.restore(store_name, batch)
                 restored += len(batch)
-                self.metrics.restored += len(batch)
+            # Progress in offsets, as restore_total counts them: transaction markers take
+            # offsets too, and "restoring k of n" must reach n.
+            self.metrics.restored += position - counted
+            counted = position
         consumer.unassign()
         return restored
 

@@ -45,11 +45,14 @@ PLAIN_STATUS_INTERVAL_S = 5.0
 
 def status_line(app: Application, started: float) -> str:
     totals = summarize(app.metrics())
+    skipped = int(totals.get("skipped_records", 0))
     line = (
         f"in {int(totals['records_in']):,}  out {int(totals['records_out']):,}  "
         f"commits {int(totals['commits']):,}  lag {int(totals['lag']):,}  "
-        f"dropped-late {int(totals['dropped_records']):,}"
+        f"dropped-late {int(totals['dropped_records']) - skipped:,}"
     )
+    if skipped:
+        line += f"  skipped {skipped:,}"
     stores, done = int(totals["stores_to_restore"]), int(totals["stores_restored"])
     if done < stores:
         line += f"  restoring {done} of {stores} stores"

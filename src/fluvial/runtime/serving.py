@@ -146,6 +146,23 @@ def _int_param(params: dict[str, str], name: str, default: int | None) -> int | 
         raise QueryError(f"parameter {name}={text!r} must be an integer (epoch ms)") from None
 
 
+def _limit_param(params: dict[str, str]) -> int:
+    """``limit``: at most this many entries (default 10,000); a whole number of at least 1."""
+    text = params.get("limit")
+    if text is None or text == "":
+        return DEFAULT_LIMIT
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise QueryError(
+            f"parameter limit={text!r} must be a whole number of at least 1 (the most entries "
+            f"to answer; {DEFAULT_LIMIT:,} when left out)"
+        )
+    return limit
+
+
 def _bool_param(params: dict[str, str], name: str) -> bool:
     return params.get(name, "").lower() in ("1", "true", "yes")
 
@@ -242,7 +259,7 @@ class LocalQueryService:
                 assert isinstance(view, WindowView)
                 lo = _int_param(params, "from", MIN_TIME)
                 hi = _int_param(params, "to", MAX_TIME)
-                limit = _int_param(params, "limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+                limit = _limit_param(params)
                 rows = view.fetch_all(lo, hi, isolation=isolation)  # type: ignore[arg-type]
                 body["windows"] = [_window_row(w.key, w.window, v) for w, v in rows[:limit]]
                 body["truncated"] = len(rows) > limit
@@ -251,7 +268,17 @@ class LocalQueryService:
                     raise QueryError(f"store {store!r} is a {info.kind} store: /count is for "
                                      "key-value stores")  # fmt: skip
                 assert isinstance(view, KeyValueView)
-                body["approximate_num_entries"] = view.approximate_num_entries(isolation=isolation)
+                if _bool_param(params, "exact"):
+                    # Counted entry by entry: exact, and as slow as reading the whole store.
+                    body["approximate_num_entries"] = len(view.all(isolation=isolation))
+                    body["approximate"] = False
+                else:
+                    # RocksDB's estimate: keys deleted or overwritten since its last
+                    # compaction may still be counted. ?exact=true counts them one by one.
+                    body["approximate_num_entries"] = view.approximate_num_entries(
+                        isolation=isolation
+                    )
+                    body["approximate"] = True
             else:
                 raise QueryError(f"unknown query {op!r}")
         except StoreUnavailableError as error:
@@ -281,6 +308,13 @@ class LocalQueryService:
         self, view: Any, key: Any, params: dict[str, str], isolation: str
     ) -> dict[str, Any]:
         kind = view.info.kind
+        if kind != WINDOW:
+            given = [name for name in ("time", "from", "to") if params.get(name)]
+            if given:
+                raise QueryError(
+                    f"store {view.name!r} is a {kind} store: ?{'=, ?'.join(given)}= are for "
+                    "window stores; ask for the key alone"
+                )
         if kind in KEY_VALUE_KINDS:
             value = view.get(key, isolation=isolation)
             return {"found": value is not None, "value": to_json_value(value)}
@@ -315,7 +349,7 @@ class LocalQueryService:
             hint = " use /windows?from=&to=" if isinstance(view, WindowView) else ""
             raise QueryError(f"store {store!r} is a {view.info.kind} store: /{op} is for "
                              f"key-value stores;{hint}")  # fmt: skip
-        limit = _int_param(params, "limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+        limit = _limit_param(params)
         lo = params.get("from")
         hi = params.get("to")
         entries = view.range(

@@ -21,6 +21,7 @@ from fluvial.acls import check_access, check_internal_topic_access
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.kafka.diagnose import check_client_keys, check_reachable
 from fluvial.kafka.security import check_connection, is_secured
 from fluvial.runtime.clients import admin_settings
 from fluvial.topology.topology import Topology
@@ -154,9 +155,12 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     Against a secured cluster, first check the credentials and the principal's ACLs, so
     either mistake stops the application at once with a clear error.
     """
+    check_client_keys(config.client_config)
     check_connection(config.bootstrap_servers, config.client_config)
     if is_secured(config.client_config):
         check_access(topology, config)
+    else:
+        check_reachable(config.bootstrap_servers, config.client_config)
     admin = AdminClient(admin_settings(config))
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)

@@ -37,7 +37,7 @@ from fluvial.errors import ConfigError, StreamsError
 from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.completeness import WriterState
-from fluvial.processor.metrics import DROPPED_RECORDS, PROCESSING_ERRORS
+from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
@@ -753,6 +753,8 @@ class Worker:
                 future.result()
         except Exception as exc:  # purging is housekeeping: never fail processing for it
             log.warning("could not purge repartition records: %s", exc)
+        # Serves the admin client's librdkafka log lines (they reach Python logging on poll).
+        self._admin.poll(0)
 
     def _metadata(self, task: StreamTask) -> str:
         ends = {
@@ -778,22 +780,46 @@ class Worker:
         self.metrics.processing_errors = sum(
             t.metrics.get(PROCESSING_ERRORS) for t in self.tasks.values()
         )
+        self.metrics.skipped_records = sum(
+            t.metrics.get(DESERIALIZATION_ERRORS) for t in self.tasks.values()
+        )
+        self.metrics.lag = self._input_lag()
+        self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
+        self.refresh_standby_lag()
+        if self.on_progress is not None:
+            self.on_progress(self.metrics)
+
+    def _input_lag(self) -> int:
+        """Input records not processed yet: past the consumer's position, plus those buffered.
+
+        Not the end offset less the processed position: transaction markers take offsets
+        that are never delivered, and a caught-up task would show one record behind per
+        transaction. The consumer's position moves past them.
+        """
+        assert self._consumer is not None
+        tps = list(self._task_by_tp)
+        try:
+            positions = self._consumer.position([TopicPartition(t, p) for t, p in tps])
+        except KafkaException:
+            return self.metrics.lag
         lag = 0
-        for (topic, partition), task in self._task_by_tp.items():
+        for (topic, partition), fetched in zip(tps, positions, strict=True):
+            task = self._task_by_tp[(topic, partition)]
             try:
                 _low, high = self._consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), cached=True
                 )
             except KafkaException:
                 continue
-            position = task.committable_offsets().get((topic, partition))
-            if high >= 0 and position is not None:
-                lag += max(0, high - position)
-        self.metrics.lag = lag
-        self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
-        self.refresh_standby_lag()
-        if self.on_progress is not None:
-            self.on_progress(self.metrics)
+            processed = task.committable_offsets().get((topic, partition))
+            if high < 0 or processed is None:
+                continue
+            buffered = task.buffered_in((topic, partition))
+            if fetched.offset >= 0:
+                lag += max(0, high - fetched.offset) + buffered
+            else:
+                lag += max(0, high - processed)
+        return lag
 
     def refresh_standby_lag(self, *, fresh: bool = False) -> None:
         """Record how many changelog records the standby stores have not applied yet.

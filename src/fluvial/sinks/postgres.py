@@ -397,9 +397,11 @@ class _Runner:
                     raise self._consumer_error(error)
             if batch and deadline is None:
                 deadline = time.monotonic() + sink.commit_interval_ms / 1000
+            # In the loop: an idle sink waits here, and its lag must still come down to 0.
+            self._refresh_lag(batch)
             if not batch and self.stop_at_end and self.at_end >= set(self.partitions):
                 break
-            self._refresh_lag()  # on a timer, batch or not
+        self._refresh_lag(batch)
         return batch
 
     def _consumer_error(self, error: KafkaError) -> FluvialError:
@@ -523,22 +525,26 @@ class _Runner:
             sink._progress.committed = _named(self.committed)
         self._assign()
 
-    def _refresh_lag(self, *, now: bool = False) -> None:
-        """The records between the committed offsets and the logs' ends: after each commit,
-        and every :data:`LAG_INTERVAL_S` between them."""
+    def _refresh_lag(self, pending: list[Any] | None = None, *, now: bool = False) -> None:
+        """Records not yet committed: those past the consumer's position, plus ``pending``
+        (read, not yet committed). After each commit (``now``), and every
+        :data:`LAG_INTERVAL_S` between them. Measured from the consumer's position, which moves
+        past transaction markers, not from the committed offsets, which stop before a marker:
+        a caught-up sink shows 0."""
         checked = time.monotonic()
         if self.consumer is None or (not now and checked - self._lag_checked < LAG_INTERVAL_S):
             return
         self._lag_checked = checked
-        lag = 0
+        lag = len(pending or [])
         try:
-            for tp in self.partitions:
+            positions = self.consumer.position([KafkaPartition(*tp) for tp in self.partitions])
+            for tp, position in zip(self.partitions, positions, strict=True):
                 # The end the last fetch reported (no round trip), else the broker's answer.
                 _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), cached=True)
                 if high < 0:
                     _low, high = self.consumer.get_watermark_offsets(KafkaPartition(*tp), timeout=2)
-                position = self.committed.get(tp)
-                lag += max(0, high - (position or 0))
+                start = position.offset if position.offset >= 0 else self.committed.get(tp)
+                lag += max(0, high - (start or 0))
         except KafkaException:
             return
         with self.sink._lock:

@@ -343,6 +343,7 @@ class RoutingQueryService:
         truncated = any(a.get("truncated") for a in answers)
         if op == "count":
             body["approximate_num_entries"] = sum(a["approximate_num_entries"] for a in answers)
+            body["approximate"] = any(a.get("approximate", True) for a in answers)
         else:
             field = "windows" if op == "windows" else "entries"
             if op == "windows":

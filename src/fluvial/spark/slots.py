@@ -70,6 +70,7 @@ _COUNTERS = (
     "dropped_records",
     "processing_errors",
     "copartition_mismatches",
+    "skipped_records",
     "restore_total",
     "restored",
     "standby_applied",

@@ -1,0 +1,126 @@
+"""``fluvial topics create|list|describe`` and ``fluvial tail``, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+from tests import processes
+
+from fluvial import serdes
+from fluvial.records import Window, Windowed
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def fluvial(*args: str) -> subprocess.CompletedProcess[str]:
+    return processes.run([sys.executable, "-m", "fluvial.cli", *args], timeout=120)
+
+
+def test_create_list_and_describe(
+    bootstrap_servers: str, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("orders")
+    created = fluvial(
+        "topics", "create", name, "--partitions", "3", "--config", "cleanup.policy=compact",
+        "--bootstrap-servers", bootstrap_servers,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    listed = fluvial("topics", "list", "--bootstrap-servers", bootstrap_servers)
+    assert f"{name}\tpartitions=3\treplication=1" in listed.stdout.splitlines()
+    assert "__consumer_offsets" not in listed.stdout
+    described = fluvial(
+        "topics", "describe", name, "--json", "--bootstrap-servers", bootstrap_servers
+    )
+    info = json.loads(described.stdout)
+    assert [p["partition"] for p in info["partitions"]] == [0, 1, 2]
+    assert info["configs"]["cleanup.policy"] == "compact"
+
+    again = fluvial("topics", "create", name, "--bootstrap-servers", bootstrap_servers)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_tail_reads_committed_records_with_windowed_keys(
+    bootstrap_servers: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory("counts", partitions=2)
+    keys = serdes.time_windowed(serdes.string(), 5000)
+    values = serdes.long()
+    now = int(time.time() * 1000)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "transactional.id": f"{topic}-writer",
+         "partitioner": "murmur2_random"}
+    )  # fmt: skip
+    producer.init_transactions(30)
+
+    def send(key: str, count: int, offset_ms: int) -> None:
+        window = Window(now - now % 5000, now - now % 5000 + 5000)
+        producer.produce(
+            topic, key=keys.serialize(topic, Windowed(key, window)),
+            value=values.serialize(topic, count), timestamp=now + offset_ms,
+        )  # fmt: skip
+
+    producer.begin_transaction()
+    for i in range(5):
+        send(f"user-{i}", i, i)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    send("aborted", 99, 10)
+    producer.flush(30)
+    producer.abort_transaction(30)
+
+    common = ["--key-serde", "string", "--window-size-ms", "5000", "--value-serde", "long",
+              "--bootstrap-servers", bootstrap_servers]  # fmt: skip
+    everything = fluvial("tail", topic, "--from-beginning", "--json", *common)
+    assert everything.returncode == 0, everything.stderr
+    rows = [json.loads(line) for line in everything.stdout.splitlines()]
+    assert sorted((r["key"], r["value"]) for r in rows) == [(f"user-{i}", i) for i in range(5)]
+    start = now - now % 5000
+    assert {(r["window_start"], r["window_end"]) for r in rows} == {(start, start + 5000)}
+
+    last_two = fluvial("tail", topic, "-n", "2", *common)
+    lines = last_two.stdout.splitlines()
+    assert len(lines) == 2, last_two.stdout
+    assert "user-3@[" in lines[0] and lines[0].endswith("  3")
+    assert "user-4@[" in lines[1] and lines[1].endswith("  4")
+
+
+def test_tail_follows_new_records(
+    bootstrap_servers: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory("events")
+    follower = processes.spawn(
+        [sys.executable, "-m", "fluvial.cli", "tail", topic, "-f", "--bootstrap-servers",
+         bootstrap_servers],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, what="fluvial tail -f",
+    )  # fmt: skip
+    try:
+        producer = Producer({"bootstrap.servers": bootstrap_servers})
+        seen = ""
+        deadline = time.monotonic() + 60
+        assert follower.stdout is not None
+        import os
+        import select
+
+        os.set_blocking(follower.stdout.fileno(), False)
+        while "hello" not in seen and time.monotonic() < deadline:
+            producer.produce(topic, key=b"k", value=b"hello")
+            producer.flush(10)
+            ready, _, _ = select.select([follower.stdout], [], [], 1.0)
+            if ready:
+                seen += follower.stdout.read() or ""
+        assert "k  hello" in seen
+    finally:
+        processes.stop(follower)
+    assert follower.returncode is not None
+
+
+def test_tail_of_a_missing_topic_says_how_to_make_it(bootstrap_servers: str) -> None:
+    result = fluvial("tail", "no-such-topic-anywhere", "--bootstrap-servers", bootstrap_servers)
+    assert result.returncode == 1
+    assert "does not exist" in result.stderr and "fluvial topics create" in result.stderr
