@@ -23,6 +23,7 @@ live traffic, while both applications run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
@@ -305,11 +306,12 @@ def read_output(bootstrap: str, topic: str) -> list[Row]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"could not read {topic} partition {p} to its end")
                 for msg in consumer.consume(1000, 0.5):
-                    if msg.error() is not None:
-                        done = done or msg.error().code() == KafkaError._PARTITION_EOF
+                    error = msg.error()
+                    if error is not None:
+                        done = done or error.code() == KafkaError._PARTITION_EOF
                         continue
                     rows.append((p, msg.key(), msg.value(), msg.timestamp()[1]))
-                    done = done or msg.offset() >= high - 1
+                    done = done or (msg.offset() or 0) >= high - 1
         return rows
     finally:
         consumer.close()
@@ -350,9 +352,10 @@ def _has_record_from(consumer: Consumer, topic: str, partition: int, start: int)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for msg in consumer.consume(100, 0.2):
-            if msg.error() is None:
+            error = msg.error()
+            if error is None:
                 return True
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+            if error.code() == KafkaError._PARTITION_EOF:
                 return False
     return True
 
@@ -364,21 +367,32 @@ def _hex(b: bytes | None) -> str | None:
     return None if b is None else b.hex()
 
 
-def final_per_key(rows: list[Row]) -> dict[str | None, tuple[int, str | None, int]]:
-    """Each key's last committed record (partition, value, timestamp); tombstoned keys left out."""
-    last: dict[str | None, tuple[int, str | None, int]] = {}
-    for partition, key, value, timestamp in rows:
-        last[_hex(key)] = (partition, _hex(value), timestamp)
-    return {k: v for k, v in last.items() if v[1] is not None}
+def final_per_key(rows: list[Row]) -> dict[str | None, tuple[str | None, int]]:
+    """Each key's last committed record (value, timestamp); tombstoned keys left out."""
+    last: dict[str | None, tuple[str | None, int]] = {}
+    for _partition, key, value, timestamp in rows:
+        last[_hex(key)] = (_hex(value), timestamp)
+    return {k: v for k, v in last.items() if v[0] is not None}
 
 
-def multiset(rows: list[Row]) -> Counter[tuple[str | None, int, str | None, int]]:
-    return Counter((_hex(key), p, _hex(value), ts) for p, key, value, ts in rows)
+def multiset(rows: list[Row]) -> Counter[tuple[str | None, str | None, int]]:
+    return Counter((_hex(key), _hex(value), ts) for _p, key, value, ts in rows)
+
+
+def placements(rows: list[Row]) -> dict[str, set[int]]:
+    """The partitions each non-null key was written to (a null key's partition is the
+    producer's choice, not the application's)."""
+    placed: dict[str, set[int]] = {}
+    for partition, key, _value, _ts in rows:
+        if key is not None:
+            placed.setdefault(key.hex(), set()).add(partition)
+    return placed
 
 
 def compare_outputs(case_id: str, kinds: dict[str, str], theirs: dict[str, list[Row]],
                     ours: dict[str, list[Row]]) -> Comparison:  # fmt: skip
-    """Kafka Streams' output topics (``theirs``) against fluvial's, by each topic's kind."""
+    """Kafka Streams' output topics (``theirs``) against fluvial's, by each topic's kind, then
+    where each key was placed."""
     comparison = Comparison(case_id)
     for topic, kind in sorted(kinds.items()):
         want, got = theirs[topic], ours[topic]
@@ -390,7 +404,7 @@ def compare_outputs(case_id: str, kinds: dict[str, str], theirs: dict[str, list[
                 comparison.differences.append(
                     f"topic {topic}: final values differ for {len(wrong)} of "
                     f"{len(set(w) | set(g))} keys; first key {wrong[0]}: Kafka Streams "
-                    f"(partition, value, timestamp) {w.get(wrong[0])}, fluvial {g.get(wrong[0])}"
+                    f"(value, timestamp) {w.get(wrong[0])}, fluvial {g.get(wrong[0])}"
                 )
         else:
             w_set, g_set = multiset(want), multiset(got)
@@ -401,9 +415,16 @@ def compare_outputs(case_id: str, kinds: dict[str, str], theirs: dict[str, list[
                     f"topic {topic}: Kafka Streams has {len(want)} records, fluvial {len(got)}; "
                     f"{sum(missing.values())} of Kafka Streams' are not in fluvial's (first: "
                     f"{next(iter(missing), None)}), {sum(extra.values())} of fluvial's not in "
-                    f"Kafka Streams' (first: {next(iter(extra), None)}); (key, partition, value, "
-                    "timestamp)"
+                    f"Kafka Streams' (first: {next(iter(extra), None)}); (key, value, timestamp)"
                 )
+        w_placed, g_placed = placements(want), placements(got)
+        misplaced = sorted(k for k in set(w_placed) & set(g_placed) if w_placed[k] != g_placed[k])
+        if misplaced:
+            comparison.differences.append(
+                f"topic {topic}: {len(misplaced)} keys are in other partitions; first key "
+                f"{misplaced[0]}: Kafka Streams {sorted(w_placed[misplaced[0]])}, fluvial "
+                f"{sorted(g_placed[misplaced[0]])}"
+            )
     return comparison
 
 
@@ -418,6 +439,8 @@ class ClusterSession:
     reference: ClusterReference
     partitions: int = 3
     engine: str = "local"
+    #: Cases running at once (each a Kafka Streams and a fluvial application).
+    concurrency: int = 10
     spark: Any = None
     state_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fluvial-dp-")))
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -442,7 +465,13 @@ class ClusterSession:
         )
 
     def compare_cases(self, cases: list[dict[str, Any]]) -> list[Comparison]:
-        """Every case on the cluster, all of them at once; results in case order."""
+        """Every case on the cluster, :attr:`concurrency` at a time; results in case order."""
+        comparisons: list[Comparison] = []
+        for start in range(0, len(cases), self.concurrency):
+            comparisons += self._compare_at_once(cases[start : start + self.concurrency])
+        return comparisons
+
+    def _compare_at_once(self, cases: list[dict[str, Any]]) -> list[Comparison]:
         runs = [self.new_run(case) for case in cases]
         create_topics(self.bootstrap, [s for run in runs for s in run.topic_specs()])
         try:
@@ -476,7 +505,7 @@ class ClusterSession:
             early, late = streams, []
         write_records(producer, run, early, base_ms, paced=False)
 
-        ks_app, fl_app = run.app_id("ks"), run.app_id("fl")
+        ks_app = run.app_id("ks")
         fluvial = FluvialSide(run.fluvial_case, self.fluvial_config(run), self.engine, self.spark)
         ks_error = self.reference.start(ks_app, self.bootstrap, run.reference_case)
         fl_error = None
@@ -532,7 +561,8 @@ class ClusterSession:
                 return None, None
             if time.monotonic() > deadline:
                 late = " and ".join(
-                    {"ks": "Kafka Streams", "fl": "fluvial"}[s] for s in ("ks", "fl")
+                    {"ks": "Kafka Streams", "fl": "fluvial"}[s]
+                    for s in ("ks", "fl")
                     if s not in done
                 )
                 raise TimeoutError(
@@ -547,18 +577,14 @@ class ClusterSession:
         names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefixes)]
         if names:
             for future in admin.delete_topics(names, operation_timeout=30).values():
-                try:
+                with contextlib.suppress(KafkaException):  # already gone
                     future.result()
-                except KafkaException:
-                    pass  # already gone
 
 
 def _errors(case_id: str, ks_error: str | None, fl_error: str | None) -> Comparison:
     comparison = Comparison(case_id)
     if (ks_error is None) != (fl_error is None):
-        comparison.differences.append(
-            f"error: Kafka Streams {ks_error!r}, fluvial {fl_error!r}"
-        )
+        comparison.differences.append(f"error: Kafka Streams {ks_error!r}, fluvial {fl_error!r}")
     return comparison
 
 

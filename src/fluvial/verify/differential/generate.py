@@ -573,7 +573,7 @@ def _partitioned_table(g: _Graph) -> str:
     if rng.random() < 0.4:
         v = g.node(t)["v"]
         grouped = g.add("table_group_by", [t], "grouped_table", v=v, fn=_pick(rng, f.REGROUPERS))
-        store = {"store": g.store(), "store_kind": "kv"}
+        store: dict[str, Any] = {"store": g.store(), "store_kind": "kv"}
         op = rng.choice(("table_count", "table_reduce", "table_aggregate"))
         if op == "table_count":
             t = g.add(op, [grouped], "table", v="l", **store)
@@ -683,7 +683,9 @@ def _partitioned_inputs(rng: random.Random, topics: dict[str, str]) -> list[list
     return records
 
 
-def generate_partitioned_case(seed: int, index: int, *, feature: str | None = None) -> dict[str, Any]:
+def generate_partitioned_case(
+    seed: int, index: int, *, feature: str | None = None
+) -> dict[str, Any]:
     """Partitioned case ``index`` of ``seed``, for a run on real Kafka (:mod:`.cluster`); the
     same arguments always give the same case."""
     rng = random.Random(f"fluvial-differential-partitioned:{seed}:{index}")
@@ -691,8 +693,10 @@ def generate_partitioned_case(seed: int, index: int, *, feature: str | None = No
     g = _Graph(rng)
     _partitioned_feature(g, feature)
     _sinks(g)
-    store_type = "rocksdb" if any(n["op"] == "ss_join" for n in g.nodes) else rng.choice(
-        ("rocksdb", "in_memory")
+    store_type = (
+        "rocksdb"
+        if any(n["op"] == "ss_join" for n in g.nodes)
+        else rng.choice(("rocksdb", "in_memory"))
     )
     return {
         "id": f"{seed}-p{index}",
