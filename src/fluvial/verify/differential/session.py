@@ -153,11 +153,14 @@ def run_partitioned_differential(
     concurrency: int = 10,
     shrink_failures: bool = True,
     max_shrunk: int = 3,
+    shrink_budget_s: float = 300.0,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> DifferentialReport:
     """Generate ``count`` partitioned cases from ``seed`` and run each on the cluster at
     ``bootstrap`` (topics of ``partitions`` partitions) in Kafka Streams and in fluvial's
-    ``engine``; shrink the first ``max_shrunk`` that differ (see :mod:`.cluster`)."""
+    ``engine``; shrink the first ``max_shrunk`` that differ, each for at most
+    ``shrink_budget_s`` (a round of variants on a cluster takes tens of seconds), see
+    :mod:`.cluster`."""
     from fluvial.verify.differential.cluster import ClusterReference, ClusterSession
     from fluvial.verify.differential.generate import generate_partitioned_case
 
@@ -182,10 +185,14 @@ def run_partitioned_differential(
         if shrink_failures:
             for failure in report.failures[:max_shrunk]:
                 progress(f"shrinking case {failure.case['id']}")
-                failure.minimal = shrink(
-                    failure.case,
-                    lambda variants: [not c.same for c in session.compare_cases(variants)],
-                )
+                deadline = time.monotonic() + shrink_budget_s
+
+                def oracle(variants: list[dict[str, Any]]) -> list[bool]:
+                    if time.monotonic() > deadline:  # out of budget: keep what was found
+                        return [False] * len(variants)
+                    return [not c.same for c in session.compare_cases(variants)]
+
+                failure.minimal = shrink(failure.case, oracle)
                 failure.minimal_comparison = session.compare_cases([failure.minimal])[0]
     report.wall_s = time.monotonic() - started
     return report
