@@ -54,6 +54,12 @@ from fluvial.verify.differential.run import Comparison
 # compares fluvial in its Kafka Streams-compatible mode.
 KAFKA_STREAMS_COMPATIBLE: dict[str, Any] = {}
 
+# Differences with Kafka Streams still open (docs/semantics.md, "Differences still open"): a run
+# with ``settled=True`` does not compare them. Remove one here once it is fixed.
+# - windowed_output_partition: Kafka Streams places a windowed key written by ``to()`` on the
+#   partition of its inner key; fluvial hashes the whole windowed key.
+OPEN_DIFFERENCES: frozenset[str] = frozenset({"windowed_output_partition"})
+
 COMMIT_INTERVAL_MS = 100
 # How long paced input takes to write, at most.
 PACED_SPAN_S = 2.5
@@ -227,6 +233,10 @@ class CaseRun:
         """Input topic (case name) -> how it is read."""
         return {n["topic"]: n["op"] for n in self.case["nodes"] if n["op"] in SOURCES}
 
+    def windowed_outputs(self) -> set[str]:
+        """Output topics (case names) with windowed keys."""
+        return {n["topic"] for n in self.case["nodes"] if n["op"] == "to" and n["k"] != "s"}
+
     def outputs(self) -> dict[str, str]:
         """Output topic (case name) -> what is compared: ``final`` or ``multiset``."""
         nodes = {n["id"]: n for n in self.case["nodes"]}
@@ -389,10 +399,15 @@ def placements(rows: list[Row]) -> dict[str, set[int]]:
     return placed
 
 
-def compare_outputs(case_id: str, kinds: dict[str, str], theirs: dict[str, list[Row]],
-                    ours: dict[str, list[Row]]) -> Comparison:  # fmt: skip
+def compare_outputs(
+    case_id: str,
+    kinds: dict[str, str],
+    theirs: dict[str, list[Row]],
+    ours: dict[str, list[Row]],
+    placed: set[str] | None = None,
+) -> Comparison:
     """Kafka Streams' output topics (``theirs``) against fluvial's, by each topic's kind, then
-    where each key was placed."""
+    where each key was placed (in the topics of ``placed``; all by default)."""
     comparison = Comparison(case_id)
     for topic, kind in sorted(kinds.items()):
         want, got = theirs[topic], ours[topic]
@@ -417,6 +432,8 @@ def compare_outputs(case_id: str, kinds: dict[str, str], theirs: dict[str, list[
                     f"{next(iter(missing), None)}), {sum(extra.values())} of fluvial's not in "
                     f"Kafka Streams' (first: {next(iter(extra), None)}); (key, value, timestamp)"
                 )
+        if placed is not None and topic not in placed:
+            continue
         w_placed, g_placed = placements(want), placements(got)
         misplaced = sorted(k for k in set(w_placed) & set(g_placed) if w_placed[k] != g_placed[k])
         if misplaced:
@@ -441,6 +458,8 @@ class ClusterSession:
     engine: str = "local"
     #: Cases running at once (each a Kafka Streams and a fluvial application).
     concurrency: int = 10
+    #: Leave out the :data:`OPEN_DIFFERENCES` (docs/semantics.md, "Differences still open").
+    settled: bool = False
     spark: Any = None
     state_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fluvial-dp-")))
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -537,7 +556,10 @@ class ClusterSession:
         kinds = run.outputs()
         theirs = {t: read_output(self.bootstrap, run.output_topic(t, "ks")) for t in kinds}
         ours = {t: read_output(self.bootstrap, run.output_topic(t, "fl")) for t in kinds}
-        return compare_outputs(case["id"], kinds, theirs, ours)
+        placed = None
+        if self.settled and "windowed_output_partition" in OPEN_DIFFERENCES:
+            placed = set(kinds) - run.windowed_outputs()
+        return compare_outputs(case["id"], kinds, theirs, ours, placed)
 
     def _wait_consumed(self, run: CaseRun, fluvial: FluvialSide,
                        watched: list[str]) -> tuple[str | None, str | None]:  # fmt: skip
