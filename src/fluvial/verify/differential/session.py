@@ -187,7 +187,9 @@ def run_partitioned_differential(
                 progress(f"shrinking case {failure.case['id']}")
                 deadline = time.monotonic() + shrink_budget_s
 
-                def oracle(variants: list[dict[str, Any]]) -> list[bool]:
+                def oracle(
+                    variants: list[dict[str, Any]], deadline: float = deadline
+                ) -> list[bool]:
                     if time.monotonic() > deadline:  # out of budget: keep what was found
                         return [False] * len(variants)
                     return [not c.same for c in session.compare_cases(variants)]
