@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -574,6 +575,7 @@ class ClusterSession:
         finally:
             ks_stop_error = self.reference.stop(ks_app)
             fl_stop_error = fluvial.stop() if started else None
+            shutil.rmtree(self.state_root / run.prefix, ignore_errors=True)
         ks_error = ks_error or ks_stop_error
         fl_error = fl_error or fl_stop_error
         if ks_error is not None or fl_error is not None:
