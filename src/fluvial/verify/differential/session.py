@@ -6,10 +6,12 @@ fluvial's, so the two sides overlap. Every case that differs is shrunk to a mini
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluvial.verify.differential.generate import feature_tags, generate_case
@@ -168,9 +170,9 @@ def run_partitioned_differential(
         raise ValueError(f"--partitions needs at least 1 partition, got {partitions}")
     started = time.monotonic()
     report = DifferentialReport(seed)
-    with ClusterReference() as reference:
+    with ClusterReference() as reference, tempfile.TemporaryDirectory(prefix="fluvial-dp-") as tmp:
         session = ClusterSession(bootstrap, reference, partitions=partitions, engine=engine,
-                                 spark=spark, concurrency=concurrency)  # fmt: skip
+                                 spark=spark, concurrency=concurrency, state_root=Path(tmp))  # fmt: skip
         for start in range(0, count, concurrency):
             cases = [
                 generate_partitioned_case(seed, i)
