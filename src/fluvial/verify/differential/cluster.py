@@ -513,10 +513,21 @@ class ClusterSession:
         )
 
     def compare_cases(self, cases: list[dict[str, Any]]) -> list[Comparison]:
-        """Every case on the cluster, :attr:`concurrency` at a time; results in case order."""
+        """Every case on the cluster, :attr:`concurrency` at a time; results in case order.
+
+        A case where one side failed and the other did not (a cluster too slow to give new
+        topics their leaders, say) or that did not finish in time runs once more: a difference
+        in the topology's behaviour shows again, a slow moment of the cluster does not.
+        """
         comparisons: list[Comparison] = []
         for start in range(0, len(cases), self.concurrency):
             comparisons += self._compare_at_once(cases[start : start + self.concurrency])
+        again = [i for i, c in enumerate(comparisons) if _failed_to_run(c)]
+        for start in range(0, len(again), self.concurrency):
+            chunk = again[start : start + self.concurrency]
+            rerun = self._compare_at_once([cases[i] for i in chunk])
+            for i, comparison in zip(chunk, rerun, strict=True):
+                comparisons[i] = comparison
         return comparisons
 
     def _compare_at_once(self, cases: list[dict[str, Any]]) -> list[Comparison]:
@@ -631,6 +642,10 @@ class ClusterSession:
             for future in admin.delete_topics(names, operation_timeout=30).values():
                 with contextlib.suppress(KafkaException):  # already gone
                     future.result()
+
+
+def _failed_to_run(comparison: Comparison) -> bool:
+    return any(d.startswith(("error:", "the run failed:")) for d in comparison.differences)
 
 
 def _errors(case_id: str, ks_error: str | None, fl_error: str | None) -> Comparison:
