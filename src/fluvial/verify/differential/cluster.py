@@ -65,6 +65,8 @@ KAFKA_STREAMS_COMPATIBLE: dict[str, Any] = {
 OPEN_DIFFERENCES: frozenset[str] = frozenset({"windowed_output_partition"})
 
 COMMIT_INTERVAL_MS = 100
+# Runs of a case that failed to run (see ``ClusterSession.compare_cases``).
+RERUNS = 2
 # How long paced input takes to write, at most.
 PACED_SPAN_S = 2.5
 # Both applications must have consumed everything within this time of the last input record.
@@ -516,18 +518,17 @@ class ClusterSession:
         """Every case on the cluster, :attr:`concurrency` at a time; results in case order.
 
         A case where one side failed and the other did not (a cluster too slow to give new
-        topics their leaders, say) or that did not finish in time runs once more: a difference
-        in the topology's behaviour shows again, a slow moment of the cluster does not.
+        topics their leaders, say) or that did not finish in time runs again, alone, up to
+        :data:`RERUNS` times: a difference in the topology's behaviour shows again, a slow
+        moment of the cluster does not.
         """
         comparisons: list[Comparison] = []
         for start in range(0, len(cases), self.concurrency):
             comparisons += self._compare_at_once(cases[start : start + self.concurrency])
-        again = [i for i, c in enumerate(comparisons) if _failed_to_run(c)]
-        for start in range(0, len(again), self.concurrency):
-            chunk = again[start : start + self.concurrency]
-            rerun = self._compare_at_once([cases[i] for i in chunk])
-            for i, comparison in zip(chunk, rerun, strict=True):
-                comparisons[i] = comparison
+        for _attempt in range(RERUNS):
+            # One case at a time: the cluster is spared the load a whole batch puts on it.
+            for i in [i for i, c in enumerate(comparisons) if _failed_to_run(c)]:
+                comparisons[i] = self._compare_at_once([cases[i]])[0]
         return comparisons
 
     def _compare_at_once(self, cases: list[dict[str, Any]]) -> list[Comparison]:
