@@ -6,8 +6,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -704,6 +705,14 @@ def verify(
             "Kafka Streams (both test drivers, no broker) and compare every record",
         ),
     ] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            help="With --differential: run the cases on real Kafka with input topics of this "
+            "many partitions, Kafka Streams and fluvial (--engine) side by side, on "
+            "--bootstrap-servers or a private local broker",
+        ),
+    ] = None,
 ) -> None:
     """Run the exactly-once fault matrix and check the output record by record.
 
@@ -717,8 +726,10 @@ def verify(
     """
     from rich.table import Table
 
+    if partitions is not None and differential is None:
+        _fail(FluvialError("--partitions goes with --differential N: add --differential 100"))
     if differential is not None:
-        _verify_differential(differential, seed, json_file)
+        _verify_differential(differential, seed, json_file, partitions, engine, bootstrap_servers)
 
     from fluvial.verify.matrix import TABLE_HEADER, report_json, run_matrix
 
@@ -762,17 +773,32 @@ def verify(
     raise typer.Exit(code=0 if report.verdict == "PASS" else 1)
 
 
-def _verify_differential(count: int, seed: int, json_file: Path | None) -> None:
+def _verify_differential(
+    count: int,
+    seed: int,
+    json_file: Path | None,
+    partitions: int | None = None,
+    engine: str = "local",
+    bootstrap_servers: str | None = None,
+) -> None:
     from rich.table import Table
 
     from fluvial.verify.differential.session import TABLE_HEADER, describe, run_differential
 
     if count < 1:
         _fail(FluvialError(f"--differential needs a number of cases of at least 1, got {count}"))
+    if partitions is not None and partitions < 1:
+        _fail(FluvialError(f"--partitions needs at least 1 partition, got {partitions}"))
+    if engine not in ("local", "spark"):
+        _fail(FluvialError(f"unknown engine {engine!r}: use --engine local or --engine spark"))
+    progress = lambda msg: console.print(f"verify: {msg}", highlight=False)  # noqa: E731
     try:
-        report = run_differential(
-            count, seed, progress=lambda msg: console.print(f"verify: {msg}", highlight=False)
-        )
+        if partitions is None:
+            report = run_differential(count, seed, progress=progress)
+        else:
+            report = _partitioned_differential(
+                count, seed, partitions, engine, bootstrap_servers, progress
+            )
     except FluvialError as error:
         _fail(error)
     for failure in report.failures:
@@ -791,6 +817,39 @@ def _verify_differential(count: int, seed: int, json_file: Path | None) -> None:
         highlight=False,
     )
     raise typer.Exit(code=0 if report.verdict == "PASS" else 1)
+
+
+def _partitioned_differential(
+    count: int,
+    seed: int,
+    partitions: int,
+    engine: str,
+    bootstrap_servers: str | None,
+    progress: Callable[[str], None],
+) -> Any:
+    """``--differential N --partitions P``: on the given cluster, or a private local broker."""
+    import contextlib
+    import tempfile
+
+    from fluvial.kafka import LocalKafka, free_port
+    from fluvial.verify.differential.session import run_partitioned_differential
+
+    with contextlib.ExitStack() as stack:
+        if bootstrap_servers is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fluvial-dp-"))
+            progress("starting a private local Kafka broker")
+            cluster = stack.enter_context(LocalKafka(data_dir, port=free_port()))
+            bootstrap_servers = cluster.bootstrap_servers
+        spark = None
+        if engine == "spark":
+            from fluvial.spark import local_spark_session
+
+            spark = local_spark_session("local[2]", app_name="fluvial-differential")
+            stack.callback(spark.stop)
+        return run_partitioned_differential(
+            count, seed, bootstrap_servers, partitions=partitions, engine=engine, spark=spark,
+            progress=progress,
+        )  # fmt: skip
 
 
 def main() -> None:

@@ -474,3 +474,246 @@ def feature_tags(case: dict[str, Any]) -> list[str]:
     if any(r[1] is None for r in case["inputs"]):
         tags.add("input:null_keys")
     return sorted(tags)
+
+
+# -- cases for real Kafka with several partitions ------------------------------------------------
+#
+# On a real cluster with several partitions, the order in which a task sees records of one key
+# can depend on timing: records re-keyed by different upstream tasks meet in a repartition topic
+# in whatever order those tasks wrote them. Partitioned cases are drawn so that what is compared
+# does not depend on that order (see :mod:`.cluster`):
+#
+# - aggregates are commutative (count, sum, max), so a key's (and window's) final result is
+#   fixed by the set of records, whatever their order;
+# - grace periods outlast every case's input, so no record is late and none is dropped;
+# - tables and global tables are written and consumed before any stream record, so a stream
+#   record's join result does not depend on when it is processed;
+# - a stream's records are each fixed by their input (stateless operators, joins), compared as
+#   a multiset per key; a table's output is compared as its final value per key.
+
+PARTITIONED_FEATURES = (
+    "aggregate",
+    "windowed",
+    "session",
+    "stream_table_join",
+    "stream_stream_join",
+    "table_table_join",
+    "foreign_key_join",
+    "table_aggregate",
+    "cogroup",
+    "global_join",
+    "stateless",
+)
+# Longer than any partitioned case's input takes to write and process: nothing is ever late.
+PARTITIONED_GRACE_MS = 300_000
+# Longer than any partitioned case's stream input spans (at most 50 records 80 ms apart).
+PARTITIONED_OUTER_JOIN_MS = 10_000
+# Input modes: everything at once (a backlog) or spread over a few seconds (live traffic).
+INPUT_MODES = ("backlog", "paced")
+
+
+def _rekey(g: _Graph, s: str) -> str:
+    """A key change in front of a join or an aggregate: ``select_key``, ``map``, or none (the
+    caller's ``group_by`` being the third kind)."""
+    rng = g.rng
+    v = g.node(s)["v"]
+    roll = rng.random()
+    if roll < 0.4:
+        return g.add("select_key", [s], "stream", v=v, fn=_pick(rng, f.KEY_SELECTORS))
+    if roll < 0.7:
+        return g.add("map", [s], "stream", v=v, fn="rekey_inc")
+    return s
+
+
+def _commutative_aggregate(g: _Graph, grouped: str, windows: dict[str, Any] | None) -> str:
+    rng = g.rng
+    v_in = g.node(grouped)["v"]
+    k = "s" if windows is None else _window_key(windows)
+    store_kind = (
+        "kv" if windows is None else ("session" if windows["type"] == "session" else "window")
+    )
+    extra: dict[str, Any] = {"store": g.store(), "store_kind": store_kind}
+    # No session reduce: a session a null value opens alone has a null aggregate and is not
+    # kept, so whether it bridges two sessions depends on whether its neighbours came first,
+    # and with several partitions that order depends on timing (in Kafka Streams as well).
+    ops = ("count", "aggregate") if store_kind == "session" else ("count", "reduce", "aggregate")
+    op = rng.choice(ops)
+    if op == "count":
+        return g.add("count", [grouped], "table", k=k, v="l", **extra)
+    if op == "reduce":
+        return g.add("reduce", [grouped], "table", k=k, v=v_in, fn=rng.choice(("sum", "max")),
+                     **extra)  # fmt: skip
+    fields: dict[str, Any] = {"init": _pick(rng, f.INITIALIZERS), "fn": "agg_sum"}
+    if windows is not None and windows["type"] == "session":
+        # Each session starts from the initializer and merged sessions add up: only a zero
+        # start keeps the result independent of how sessions formed and merged.
+        fields = {"init": "zero", "fn": "agg_sum", "merger": "merge_sum"}
+    return g.add("aggregate", [grouped], "table", k=k, v=rng.choice("sl"), **fields, **extra)
+
+
+def _partitioned_windows(g: _Graph, session: bool) -> dict[str, Any]:
+    rng = g.rng
+    grace = PARTITIONED_GRACE_MS
+    if session:
+        return {"type": "session", "gap": rng.choice((50, 100, 300)), "grace": grace}
+    kind = rng.choice(("tumbling", "hopping", "sliding"))
+    size = rng.choice(WINDOW_SIZES)
+    if kind == "tumbling":
+        return {"type": kind, "size": size, "grace": grace}
+    if kind == "hopping":
+        return {"type": kind, "size": size, "advance": size // rng.choice((2, 4)), "grace": grace}
+    return {"type": kind, "diff": rng.choice((50, 100, 300)), "grace": grace}
+
+
+def _grouped_stream(g: _Graph, named: bool = False) -> str:
+    """A stream from a topic, its stateless chain, a re-key, then ``group_by``/``group_by_key``."""
+    s = _stateless(g, g.source("stream"), g.rng.randint(0, 2))
+    return _group(g, _rekey(g, s), named=named)
+
+
+def _partitioned_table(g: _Graph) -> str:
+    """A table from a topic (maybe filtered or mapped), or re-keyed by a table ``group_by`` into
+    a commutative aggregate."""
+    rng = g.rng
+    t = _table_ops(g, _source_table(g), rng.randint(0, 1))
+    if rng.random() < 0.4:
+        v = g.node(t)["v"]
+        grouped = g.add("table_group_by", [t], "grouped_table", v=v, fn=_pick(rng, f.REGROUPERS))
+        store: dict[str, Any] = {"store": g.store(), "store_kind": "kv"}
+        op = rng.choice(("table_count", "table_reduce", "table_aggregate"))
+        if op == "table_count":
+            t = g.add(op, [grouped], "table", v="l", **store)
+        elif op == "table_reduce":
+            t = g.add(op, [grouped], "table", v=v, fn="sum", fn2="sub", **store)
+        else:
+            t = g.add(op, [grouped], "table", v=rng.choice("sl"), init=_pick(rng, f.INITIALIZERS),
+                      fn="agg_sum", fn2="agg_sub", **store)  # fmt: skip
+    return t
+
+
+def _partitioned_feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one recipe each
+    rng = g.rng
+    if feature == "stateless":
+        _stateless(g, g.source("stream"), rng.randint(2, 6))
+    elif feature in ("aggregate", "windowed", "session"):
+        grouped = _grouped_stream(g)
+        windows = None
+        if feature != "aggregate":
+            windows = _partitioned_windows(g, session=feature == "session")
+            grouped = g.add("windowed_by", [grouped], "windowed", v=g.node(grouped)["v"],
+                            windows=windows, emit_on_close=False)  # fmt: skip
+        t = _commutative_aggregate(g, grouped, windows)
+        g.add("to_stream", [t], "stream", k=g.node(t)["k"], v=g.node(t)["v"])
+    elif feature == "table_aggregate":
+        t = _partitioned_table(g)
+        if g.node(t)["op"] not in ("table_count", "table_reduce", "table_aggregate"):
+            t = _partitioned_table(g)
+        g.add("to_stream", [t], "stream", v=g.node(t)["v"])
+    elif feature == "cogroup":
+        groups = [_grouped_stream(g, named=True) for _ in range(rng.choice((2, 2, 3)))]
+        windows = None
+        if rng.random() < 0.5:
+            windows = _partitioned_windows(g, session=rng.random() < 0.3)
+        fields: dict[str, Any] = {"fns": ["agg_sum"] * len(groups), "init": "zero",
+                                  "windows": windows}  # fmt: skip
+        k, store_kind = "s", "kv"
+        if windows is not None:
+            k = _window_key(windows)
+            store_kind = "session" if windows["type"] == "session" else "window"
+            if windows["type"] == "session":
+                fields["merger"] = "merge_sum"
+        t = g.add("cogroup", groups, "table", k=k, v=rng.choice("sl"), store=g.store(),
+                  store_kind=store_kind, **fields)  # fmt: skip
+        g.add("to_stream", [t], "stream", k=k, v=g.node(t)["v"])
+    elif feature == "stream_table_join":
+        s = _rekey(g, _stateless(g, g.source("stream"), rng.randint(0, 2)))
+        t = _partitioned_table(g)
+        joined = g.add("st_join", [s, t], "stream", v=rng.choice("sl"),
+                       kind=rng.choice(("inner", "left")), fn="jn")  # fmt: skip
+        _stateless(g, joined, rng.randint(0, 1))
+    elif feature == "stream_stream_join":
+        left = _rekey(g, _stateless(g, g.source("stream"), rng.randint(0, 2)))
+        right = _rekey(g, _stateless(g, g.source("stream"), rng.randint(0, 1)))
+        kind = rng.choice(("inner", "left", "outer"))
+        # A left or outer join emits a record with no partner at once when its window ended
+        # before the join's stream time reached it, as Kafka Streams does; with several
+        # partitions that stream time depends on timing. A window longer than the input's span
+        # keeps every record's window open.
+        diff = rng.choice((50, 100, 300)) if kind == "inner" else PARTITIONED_OUTER_JOIN_MS
+        joined = g.add(
+            "ss_join", [left, right], "stream", v=rng.choice("sl"), kind=kind, fn="jn",
+            diff=diff, grace=PARTITIONED_GRACE_MS,
+        )  # fmt: skip
+        _stateless(g, joined, rng.randint(0, 1))
+    elif feature == "table_table_join":
+        left, right = _partitioned_table(g), _partitioned_table(g)
+        t = g.add("tt_join", [left, right], "table", v=rng.choice("sl"),
+                  kind=rng.choice(("inner", "left", "outer")), fn="jn", store=g.store(0.4),
+                  store_kind="kv")  # fmt: skip
+        g.add("to_stream", [t], "stream", v=g.node(t)["v"])
+    elif feature == "foreign_key_join":
+        left = _materialize(g, _partitioned_table(g))
+        right = _materialize(g, _partitioned_table(g))
+        t = g.add("fk_join", [left, right], "table", v=rng.choice("sl"),
+                  kind=rng.choice(("inner", "left")), fn="jn", fk="fk_v", store=g.store(0.4),
+                  store_kind="kv")  # fmt: skip
+        g.add("to_stream", [t], "stream", v=g.node(t)["v"])
+    elif feature == "global_join":
+        s = _rekey(g, _stateless(g, g.source("stream"), rng.randint(0, 2)))
+        table = g.source("global_table", store=f"store{len(g.nodes)}", store_kind="kv")
+        joined = g.add("sg_join", [s, table], "stream", v=rng.choice("sl"),
+                       kind=rng.choice(("inner", "left")), fn="jn",
+                       key=_pick(rng, f.GLOBAL_KEYS))  # fmt: skip
+        _stateless(g, joined, rng.randint(0, 1))
+    else:
+        raise ValueError(
+            f"unknown partitioned feature {feature!r}; features: {', '.join(PARTITIONED_FEATURES)}"
+        )
+
+
+def _partitioned_inputs(rng: random.Random, topics: dict[str, str]) -> list[list[Any]]:
+    """Records for every input topic with timestamps as offsets from the run's start (the run
+    moves them next to the wall clock); tables' records come before streams'."""
+    keys = [f"k{i}" for i in range(rng.choice((5, 8, 12)))]
+    clock = 0
+    records: list[list[Any]] = []
+    tables = sorted(t for t, op in topics.items() if op != "stream")
+    streams = sorted(t for t, op in topics.items() if op == "stream")
+    for names in (tables, streams):
+        if not names:
+            continue
+        for _ in range(rng.randint(15, 50)):
+            if records and records[-1][0] in names and rng.random() < 0.05:
+                records.append(list(records[-1]))  # an exact duplicate
+                continue
+            clock += rng.choice((0, 5, 10, 20, 40, 80))
+            timestamp = clock - rng.randint(1, 150) if rng.random() < 0.2 else clock
+            key = None if rng.random() < 0.04 else rng.choice(keys)
+            value = None if rng.random() < 0.08 else str(rng.randint(0, 999))
+            records.append([rng.choice(names), key, value, max(timestamp, 0)])
+    return records
+
+
+def generate_partitioned_case(
+    seed: int, index: int, *, feature: str | None = None
+) -> dict[str, Any]:
+    """Partitioned case ``index`` of ``seed``, for a run on real Kafka (:mod:`.cluster`); the
+    same arguments always give the same case."""
+    rng = random.Random(f"fluvial-differential-partitioned:{seed}:{index}")
+    feature = feature or PARTITIONED_FEATURES[index % len(PARTITIONED_FEATURES)]
+    g = _Graph(rng)
+    _partitioned_feature(g, feature)
+    _sinks(g)
+    store_type = (
+        "rocksdb"
+        if any(n["op"] == "ss_join" for n in g.nodes)
+        else rng.choice(("rocksdb", "in_memory"))
+    )
+    return {
+        "id": f"{seed}-p{index}",
+        "feature": feature,
+        "store_type": store_type,
+        "input_mode": rng.choice(INPUT_MODES),
+        "nodes": g.nodes,
+        "inputs": _partitioned_inputs(rng, g.topics),
+    }

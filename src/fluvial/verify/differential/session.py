@@ -6,10 +6,12 @@ fluvial's, so the two sides overlap. Every case that differs is shrunk to a mini
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluvial.verify.differential.generate import feature_tags, generate_case
@@ -128,15 +130,7 @@ def _run(
         end = min(count, start + batch_size)
         cases = [generate_case(seed, i, settled=settled) for i in range(start, end)]
         for case, comparison in zip(cases, compare_cases(reference, cases), strict=True):
-            report.cases += 1
-            report.records += comparison.records
-            for tag in feature_tags(case):
-                row = report.features.setdefault(tag, FeatureRow())
-                row.cases += 1
-                row.records += comparison.records
-                row.differences += 0 if comparison.same else 1
-            if not comparison.same:
-                report.failures.append(Failure(case, comparison))
+            _count(report, case, comparison)
         progress(
             f"{report.cases}/{count} cases, {len(report.failures)} differ "
             f"({time.monotonic() - started:.0f} s)"
@@ -150,9 +144,83 @@ def _run(
     return report
 
 
+def run_partitioned_differential(
+    count: int,
+    seed: int,
+    bootstrap: str,
+    *,
+    partitions: int = 3,
+    engine: str = "local",
+    spark: Any = None,
+    concurrency: int = 10,
+    shrink_failures: bool = True,
+    max_shrunk: int = 3,
+    shrink_budget_s: float = 300.0,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> DifferentialReport:
+    """Generate ``count`` partitioned cases from ``seed`` and run each on the cluster at
+    ``bootstrap`` (topics of ``partitions`` partitions) in Kafka Streams and in fluvial's
+    ``engine``; shrink the first ``max_shrunk`` that differ, each for at most
+    ``shrink_budget_s`` (a round of variants on a cluster takes tens of seconds), see
+    :mod:`.cluster`."""
+    from fluvial.verify.differential.cluster import ClusterReference, ClusterSession
+    from fluvial.verify.differential.generate import generate_partitioned_case
+
+    if partitions < 1:
+        raise ValueError(f"--partitions needs at least 1 partition, got {partitions}")
+    started = time.monotonic()
+    report = DifferentialReport(seed)
+    with ClusterReference() as reference, tempfile.TemporaryDirectory(prefix="fluvial-dp-") as tmp:
+        session = ClusterSession(bootstrap, reference, partitions=partitions, engine=engine,
+                                 spark=spark, concurrency=concurrency, state_root=Path(tmp))  # fmt: skip
+        for start in range(0, count, concurrency):
+            cases = [
+                generate_partitioned_case(seed, i)
+                for i in range(start, min(count, start + concurrency))
+            ]
+            for case, comparison in zip(cases, session.compare_cases(cases), strict=True):
+                _count(report, case, comparison)
+            progress(
+                f"{report.cases}/{count} cases, {len(report.failures)} differ "
+                f"({time.monotonic() - started:.0f} s)"
+            )
+        if shrink_failures:
+            for failure in report.failures[:max_shrunk]:
+                progress(f"shrinking case {failure.case['id']}")
+                deadline = time.monotonic() + shrink_budget_s
+
+                def oracle(
+                    variants: list[dict[str, Any]], deadline: float = deadline
+                ) -> list[bool]:
+                    if time.monotonic() > deadline:  # out of budget: keep what was found
+                        return [False] * len(variants)
+                    return [not c.same for c in session.compare_cases(variants)]
+
+                failure.minimal = shrink(failure.case, oracle)
+                failure.minimal_comparison = session.compare_cases([failure.minimal])[0]
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def _count(report: DifferentialReport, case: dict[str, Any], comparison: Comparison) -> None:
+    report.cases += 1
+    report.records += comparison.records
+    tags = feature_tags(case)
+    if case.get("input_mode"):
+        tags.append(f"input:{case['input_mode']}")
+    for tag in tags:
+        row = report.features.setdefault(tag, FeatureRow())
+        row.cases += 1
+        row.records += comparison.records
+        row.differences += 0 if comparison.same else 1
+    if not comparison.same:
+        report.failures.append(Failure(case, comparison))
+
+
 def describe(case: dict[str, Any]) -> str:
     """A case as text: its operators, then its input records."""
-    lines = [f"case {case['id']} ({case.get('feature')}, {case.get('store_type')} stores)"]
+    mode = f", {case['input_mode']} input" if case.get("input_mode") else ""
+    lines = [f"case {case['id']} ({case.get('feature')}, {case.get('store_type')} stores{mode})"]
     for node in case["nodes"]:
         skip = {"id", "op", "in", "shape"}
         fields = ", ".join(f"{k}={v}" for k, v in node.items() if k not in skip and v is not None)
