@@ -387,6 +387,8 @@ class _TimeWindowedSerde(Serde[Windowed[Any]]):
     def __init__(self, inner: Serde[Any], window_size_ms: int) -> None:
         self.name = f"time_windowed({inner.name})"
         self.inner = inner
+        # Kafka Streams places a windowed key by its inner key (WindowedStreamPartitioner).
+        self.windowed_inner = inner
         self.window_size_ms = window_size_ms
 
     def serialize(self, topic: str | None, obj: Windowed[Any] | None) -> bytes | None:
@@ -448,7 +450,9 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
         start = _LONG.unpack(data[-8:])[0]
         return Windowed(key, Window(start, end))  # type: ignore[arg-type]
 
-    return Serde._with_topic(ser, de, name)
+    serde = Serde._with_topic(ser, de, name)
+    serde.windowed_inner = inner  # type: ignore[attr-defined]  # see _TimeWindowedSerde
+    return serde
 
 
 def _inner_bytes(inner: Serde[K], topic: str | None, windowed: Windowed[K], name: str) -> bytes:

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from fluvial import StreamsBuilder, StreamsConfig, serdes
+from fluvial import StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import CoPartitioningError
+from fluvial.partitioner import default_partition
 from fluvial.runtime import Application
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import flush, read_topic, wait_until
@@ -117,3 +118,39 @@ def test_a_table_written_with_another_partitioner_is_caught(
         wait_until(lambda: sum(w.metrics.copartition_mismatches for w in app.workers) > 0, 60,
                    "misplaced records to be counted")  # fmt: skip
     app.raise_if_failed()  # a warning only: the application ran on
+
+
+def test_windowed_results_land_on_their_keys_partition(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """As in Kafka Streams, a windowed key is placed by its inner key, so every window of a key
+    is on that key's partition (where a Java consumer or a join by plain key looks)."""
+    source, out = topic_factory("clicks", 3), topic_factory("counts", 3)
+    base = event_time_base_ms()
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
+    keys = [f"k{i}" for i in range(12)]
+    for i, key in enumerate(keys * 3):
+        producer.produce(source, key=key.encode(), value=b"1", timestamp=base + 1000 * i)
+    flush(producer)
+    windowed = serdes.time_windowed(serdes.string(), 5000)
+    b = StreamsBuilder()
+    (b.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
+      .group_by_key()
+      .windowed_by(TimeWindows.of_size_with_no_grace(5000))
+      .count()
+      .to_stream()
+      .to(out, key_serde=windowed, value_serde=serdes.long()))  # fmt: skip
+    config = StreamsConfig(application_id=unique_name("app"), bootstrap_servers=bootstrap_servers,
+                           processing_guarantee="exactly_once_v2", state_dir=str(tmp_path),
+                           cache_max_bytes=0)  # fmt: skip
+
+    def placed() -> list[tuple[str, int]]:
+        return [(windowed.deserialize(out, m.key()).key, p)
+                for p in range(3) for m in read_topic(bootstrap_servers, out, partition=p)]  # fmt: skip
+
+    with Application(b.build(), config) as app:
+        wait_until(lambda: len(placed()) >= len(keys) * 3 or app.errors, 120, "every count")
+    app.raise_if_failed()
+    assert placed(), "nothing was counted"
+    for key, partition in placed():
+        assert partition == default_partition(key.encode(), 3), (key, partition)

@@ -10,6 +10,7 @@ from typing import Any
 
 from fluvial import serdes
 from fluvial.errors import SerializationError
+from fluvial.partitioner import default_partition
 from fluvial.processor.collector import RecordCollector
 from fluvial.processor.completeness import WRITER_HEADER
 from fluvial.processor.fusion import FusableProcessor, Step
@@ -56,6 +57,8 @@ class SinkProcessor(FusableProcessor):
 
     def fuse(self, downstream: Step) -> Step:
         topic, partitioner, send = self.topic, self.partitioner, self.collector.send
+        if partitioner is None:
+            partitioner = windowed_partitioner(self.key_serde, self.collector)
         key_serde, value_serde = self.key_serde, self.value_serde
         inferred = _INFERRED_BY_TYPE
         writer = self.writer_header
@@ -81,6 +84,27 @@ class SinkProcessor(FusableProcessor):
             self.produced += 1
 
         return sink
+
+
+def windowed_partitioner(
+    key_serde: Serde[Any] | None, collector: RecordCollector
+) -> StreamPartitioner | None:
+    """For windowed keys, Kafka Streams' placement: by the inner key's bytes alone, so every
+    window of a key lands on that key's partition (as a Java consumer of the output expects).
+    ``None`` (the producer hashes the whole key) when the collector cannot count partitions."""
+    inner = getattr(key_serde, "windowed_inner", None)
+    count = getattr(collector, "partition_count", None)
+    if inner is None or count is None:
+        return None
+
+    def by_inner_key(topic: str, key: Any, value: Any, _num_partitions: int) -> int | None:
+        partitions = count(topic)
+        data = None if key is None else inner.serialize(topic, key.key)
+        if not partitions or data is None:
+            return None
+        return default_partition(data, partitions)
+
+    return by_inner_key
 
 
 # Inferred serdes by exact type, for the types whose serde depends on the type alone (not

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from fluvial.errors import StreamsError
 from fluvial.processor.collector import Headers
@@ -54,6 +54,20 @@ class KafkaRecordCollector:
         )
         self.skipped_errors = 0
         self._error: KafkaError | None = None
+        self._partition_counts: dict[str, int] = {}
+
+    def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has (asked once, then remembered), or None if unknown."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            try:
+                meta = self.producer.list_topics(topic, timeout=30).topics.get(topic)
+            except KafkaException:
+                return None
+            if meta is None or meta.error is not None or not meta.partitions:
+                return None
+            count = self._partition_counts[topic] = len(meta.partitions)
+        return count
 
     def send(
         self,

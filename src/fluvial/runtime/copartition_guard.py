@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fluvial.errors import CoPartitioningError
+from fluvial.partitioner import default_partition
 from fluvial.processor.collector import ConsumedRecord
-from fluvial.runtime.queries import default_partition
 
 log = logging.getLogger(__name__)
 _reported: set[str] = set()

@@ -59,10 +59,9 @@ KAFKA_STREAMS_COMPATIBLE: dict[str, Any] = {
 }
 
 # Differences with Kafka Streams still open (docs/semantics.md, "Differences still open"): a run
-# with ``settled=True`` does not compare them. Remove one here once it is fixed.
-# - windowed_output_partition: Kafka Streams places a windowed key written by ``to()`` on the
-#   partition of its inner key; fluvial hashes the whole windowed key.
-OPEN_DIFFERENCES: frozenset[str] = frozenset({"windowed_output_partition"})
+# with ``settled=True`` does not compare them. Remove one here once it is fixed. None is open:
+# "windowed_output_partition" (a windowed key placed by its whole bytes) was fixed.
+OPEN_DIFFERENCES: frozenset[str] = frozenset()
 
 COMMIT_INTERVAL_MS = 100
 # Runs of a case that failed to run (see ``ClusterSession.compare_cases``).
