@@ -36,8 +36,36 @@ class fluent(Generic[OptionT]):  # noqa: N801 - used as a decorator, like static
         return types.MethodType(self._setter, owner() if obj is None else obj)
 
 
+class _WithSerdes:
+    """``with_key_serde``/``with_value_serde`` of the options that carry serdes."""
+
+    @fluent
+    def with_key_serde(self: OptionT, serde: Serde[Any]) -> OptionT:
+        return replace(self, key_serde=serde)  # type: ignore[type-var]
+
+    @fluent
+    def with_value_serde(self: OptionT, serde: Serde[Any]) -> OptionT:
+        return replace(self, value_serde=serde)  # type: ignore[type-var]
+
+
+class _WithName:
+    """``with_name`` of the options that name a processor or topic."""
+
+    @fluent
+    def with_name(self: OptionT, name: str) -> OptionT:
+        return replace(self, name=name)  # type: ignore[type-var]
+
+
+class _WithOtherValueSerde:
+    """``with_other_value_serde`` of the join options."""
+
+    @fluent
+    def with_other_value_serde(self: OptionT, serde: Serde[Any]) -> OptionT:
+        return replace(self, other_value_serde=serde)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
-class Named:
+class Named(_WithName):
     """A name for the processor an operation adds (instead of a generated one)."""
 
     name: str | None = None
@@ -46,13 +74,9 @@ class Named:
     def as_(self, name: str) -> Named:
         return replace(self, name=name)
 
-    @fluent
-    def with_name(self, name: str) -> Named:
-        return replace(self, name=name)
-
 
 @dataclass(frozen=True)
-class Consumed:
+class Consumed(_WithSerdes, _WithName):
     """How a source topic is read: its serdes, the source node's name, and (as in Kafka Streams)
     its event time and where it starts without a committed offset."""
 
@@ -71,18 +95,6 @@ class Consumed:
         return replace(self, name=name)
 
     @fluent
-    def with_name(self, name: str) -> Consumed:
-        return replace(self, name=name)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Consumed:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Consumed:
-        return replace(self, value_serde=serde)
-
-    @fluent
     def with_timestamp_extractor(self, extractor: Callable[[Any, int], int]) -> Consumed:
         """Event time from the record: ``extractor(record, partition_time_ms) -> int`` ms."""
         return replace(self, timestamp_extractor=extractor)
@@ -94,7 +106,7 @@ class Consumed:
 
 
 @dataclass(frozen=True)
-class Produced:
+class Produced(_WithSerdes, _WithName):
     """How records are written to a topic: serdes, partitioner, sink name."""
 
     key_serde: Serde[Any] | None = None
@@ -111,24 +123,12 @@ class Produced:
         return replace(self, name=name)
 
     @fluent
-    def with_name(self, name: str) -> Produced:
-        return replace(self, name=name)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Produced:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Produced:
-        return replace(self, value_serde=serde)
-
-    @fluent
     def with_partitioner(self, partitioner: StreamPartitioner) -> Produced:
         return replace(self, partitioner=partitioner)
 
 
 @dataclass(frozen=True)
-class Grouped:
+class Grouped(_WithSerdes, _WithName):
     """Serdes of a grouping, and the name of its repartition topic (``<app>-<name>-repartition``)."""
 
     name: str | None = None
@@ -143,21 +143,9 @@ class Grouped:
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Grouped:
         return replace(self, key_serde=key_serde, value_serde=value_serde)
 
-    @fluent
-    def with_name(self, name: str) -> Grouped:
-        return replace(self, name=name)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Grouped:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Grouped:
-        return replace(self, value_serde=serde)
-
 
 @dataclass(frozen=True)
-class Repartitioned:
+class Repartitioned(_WithSerdes, _WithName):
     """Settings of an explicit ``repartition()``: topic name, serdes, partition count."""
 
     name: str | None = None
@@ -174,24 +162,12 @@ class Repartitioned:
         return replace(self, key_serde=key_serde, value_serde=value_serde)
 
     @fluent
-    def with_name(self, name: str) -> Repartitioned:
-        return replace(self, name=name)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Repartitioned:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Repartitioned:
-        return replace(self, value_serde=serde)
-
-    @fluent
     def with_number_of_partitions(self, num_partitions: int) -> Repartitioned:
         return replace(self, num_partitions=num_partitions)
 
 
 @dataclass(frozen=True)
-class Joined:
+class Joined(_WithSerdes, _WithName, _WithOtherValueSerde):
     """Serdes and name of a stream-table join (``stream.join(table, joiner, Joined.with_(...))``).
 
     ``key_serde`` and ``value_serde`` are the stream side's: they write its repartition topic
@@ -218,25 +194,9 @@ class Joined:
     def as_(self, name: str) -> Joined:
         return replace(self, name=name)
 
-    @fluent
-    def with_name(self, name: str) -> Joined:
-        return replace(self, name=name)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Joined:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Joined:
-        return replace(self, value_serde=serde)
-
-    @fluent
-    def with_other_value_serde(self, serde: Serde[Any]) -> Joined:
-        return replace(self, other_value_serde=serde)
-
 
 @dataclass(frozen=True)
-class StreamJoined:
+class StreamJoined(_WithSerdes, _WithName, _WithOtherValueSerde):
     """Serdes and names of a stream-stream join: its processors, stores and repartition topics."""
 
     key_serde: Serde[Any] | None = None
@@ -261,28 +221,12 @@ class StreamJoined:
         return replace(self, store_name=store_name)
 
     @fluent
-    def with_name(self, name: str) -> StreamJoined:
-        return replace(self, name=name)
-
-    @fluent
     def with_store_name(self, store_name: str) -> StreamJoined:
         return replace(self, store_name=store_name)
 
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> StreamJoined:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> StreamJoined:
-        return replace(self, value_serde=serde)
-
-    @fluent
-    def with_other_value_serde(self, serde: Serde[Any]) -> StreamJoined:
-        return replace(self, other_value_serde=serde)
-
 
 @dataclass(frozen=True)
-class Materialized:
+class Materialized(_WithSerdes):
     """How a table is stored: store name, serdes, cache, changelog, backend, retention.
 
     Caching and changelogging are on by default, as in Kafka Streams. ``store_type`` ``None``
@@ -324,14 +268,6 @@ class Materialized:
     @fluent
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
         return replace(self, key_serde=key_serde, value_serde=value_serde)
-
-    @fluent
-    def with_key_serde(self, serde: Serde[Any]) -> Materialized:
-        return replace(self, key_serde=serde)
-
-    @fluent
-    def with_value_serde(self, serde: Serde[Any]) -> Materialized:
-        return replace(self, value_serde=serde)
 
     @fluent
     def with_caching_enabled(self) -> Materialized:

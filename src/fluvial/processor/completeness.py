@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from fluvial.processor.collector import ConsumedRecord
@@ -56,11 +56,18 @@ def decode_progress(data: bytes) -> tuple[int, bool]:
 
 
 class _Progress(NamedTuple):
-    """A writer's progress record, kept in its writer's order until it reaches the head."""
+    """A writer's progress record, kept in its writer's order until it reaches the head.
+
+    Never at a queue's head once :meth:`WriterMergeQueue._take_progress` has run; its
+    ``timestamp_ms`` only lets a queue hold both kinds under one type."""
 
     stream_time: int
     idle: bool
     offset: int
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self.stream_time
 
 
 class WriterState(NamedTuple):
@@ -260,8 +267,8 @@ class WriterMergeQueue:
 
 
 def _split_headers(
-    headers: tuple | list | None,
-) -> tuple[str, bytes | None, tuple | list | None]:
+    headers: Sequence[tuple[str, bytes | None]],
+) -> tuple[str, bytes | None, Sequence[tuple[str, bytes | None]]]:
     """(writer id, progress payload or None, the headers without fluvial's own)."""
     writer, progress = "", None
     if not headers:

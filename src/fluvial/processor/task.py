@@ -526,9 +526,9 @@ class StreamTask:
                 consumed[tp] = last.offset + 1
             for merged_tp, merged in self._merged.items():
                 # Out of offset order across writers: commit the lowest offset still held.
-                offset = merged.next_offset()
-                if offset is not None:
-                    consumed[merged_tp] = offset
+                held_from = merged.next_offset()
+                if held_from is not None:
+                    consumed[merged_tp] = held_from
             self.processed += processed
         return taken
 

@@ -543,7 +543,11 @@ class Worker:
         if self.global_tables is not None:
             self.global_tables.poll(0.0)
         self._process()
-        if progress is not None and progress.send(self.tasks.values(), self._collector):
+        if (
+            progress is not None
+            and self._collector is not None
+            and progress.send(self.tasks.values(), self._collector)
+        ):
             self._dirty = True
         if self.standbys is not None:
             self.metrics.standby_applied += self.standbys.poll()
