@@ -174,6 +174,7 @@ def run_bench(
     client_config: dict[str, str] | None = None,
     client_config_file: Path | None = None,
     cache_max_bytes: int = 0,
+    catch_up_completeness: bool = True,
 ) -> dict[str, Any]:
     """Run every combination; returns the results document (also written to ``json_out``)."""
     from fluvial.bench.harness import kafka, new_spec, run_latency, run_throughput
@@ -198,6 +199,7 @@ def run_bench(
                             client_config=client_config,
                             client_config_file=client_config_file,
                             cache_max_bytes=cache_max_bytes,
+                            catch_up_completeness=catch_up_completeness,
                         )  # fmt: skip
                         if rate:
                             run = run_latency(system, spec, rate=rate, seconds=seconds)
@@ -244,6 +246,14 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
                 "peers keep their own settings"
             ),
         ] = 0,
+        kafka_streams_stream_time: Annotated[
+            bool,
+            typer.Option(
+                "--kafka-streams-stream-time",
+                help="Run fluvial with Kafka Streams' stream time across repartition topics "
+                "(catch_up_completeness=False); results are named fluvial-...+kstime",
+            ),
+        ] = False,
     ) -> None:
         bootstrap, settings, settings_file = _security(bootstrap_servers, client_config)
         run_bench(
@@ -252,6 +262,7 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
             json_out=json_out, rate=rate, seconds=seconds, master=master, profile_dir=profile,
             client_config=settings, client_config_file=settings_file,
             cache_max_bytes=_non_negative(cache_max_bytes, "--cache-max-bytes"),
+            catch_up_completeness=not kafka_streams_stream_time,
         )  # fmt: skip
 
     command.__doc__ = f"Workload {workload}: {WORKLOADS[workload].description}."

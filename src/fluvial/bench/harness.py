@@ -132,6 +132,7 @@ def new_spec(
     client_config: dict[str, str] | None = None,
     client_config_file: Path | None = None,
     cache_max_bytes: int = 0,
+    catch_up_completeness: bool = True,
 ) -> RunSpec:
     token = uuid.uuid4().hex[:8]
     base = f"bench-{workload}-{system}-{token}"
@@ -154,6 +155,7 @@ def new_spec(
         client_config=dict(client_config or {}),
         client_config_file=client_config_file,
         cache_max_bytes=cache_max_bytes,
+        catch_up_completeness=catch_up_completeness,
     )
 
 

@@ -47,6 +47,8 @@ class RunSpec:
     client_config_file: Path | None = None
     # fluvial's record cache budget (0: off, as in the Kafka Streams peer).
     cache_max_bytes: int = 0
+    # fluvial's stream time across repartition topics (False: Kafka Streams' rule).
+    catch_up_completeness: bool = True
 
     @property
     def exactly_once(self) -> bool:
@@ -112,6 +114,7 @@ class FluvialSystem(System):
             "FLUVIAL_BENCH_COMMIT_MS": str(spec.commit_ms),
             "FLUVIAL_BENCH_STATE_DIR": str(spec.work_dir / "state"),
             "FLUVIAL_BENCH_CACHE_BYTES": str(spec.cache_max_bytes),
+            "FLUVIAL_BENCH_CATCH_UP": "1" if spec.catch_up_completeness else "0",
         }
         if spec.client_config_file is not None:
             env["FLUVIAL_KAFKA_CLIENT_CONFIG"] = str(spec.client_config_file.resolve())
@@ -124,6 +127,7 @@ class FluvialSystem(System):
             "processing_guarantee": spec.guarantee,
             "commit_interval_ms": spec.commit_ms,
             "cache_max_bytes": spec.cache_max_bytes,
+            "catch_up_completeness": spec.catch_up_completeness,
             "state": "RocksDB (default stores)",
         }
         if self.engine == "spark":
@@ -133,7 +137,8 @@ class FluvialSystem(System):
         return cfg
 
     def label(self, spec: RunSpec) -> str:
-        return f"{self.name}+cache" if spec.cache_max_bytes else self.name
+        name = f"{self.name}+cache" if spec.cache_max_bytes else self.name
+        return name if spec.catch_up_completeness else f"{name}+kstime"
 
     def version(self) -> str:
         import fluvial

@@ -30,4 +30,5 @@ config = StreamsConfig(
     state_dir=env["FLUVIAL_BENCH_STATE_DIR"],
     # Caching off, as in the Kafka Streams peer: every update is a revision on the output.
     cache_max_bytes=int(env.get("FLUVIAL_BENCH_CACHE_BYTES", "0")),
+    catch_up_completeness=env.get("FLUVIAL_BENCH_CATCH_UP", "1") == "1",
 )
