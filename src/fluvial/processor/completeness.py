@@ -137,7 +137,8 @@ class WriterMergeQueue:
                 queue.append(_Progress(stream_time, idle, record.offset))
             else:
                 if headers is not record.headers:
-                    record = record._replace(headers=headers)
+                    record = ConsumedRecord(record.key, record.value, record.timestamp_ms,
+                                            record.offset, headers)  # fmt: skip
                 queue.append(record)
                 self._size += 1
             touched.add(writer)
@@ -273,10 +274,13 @@ def _split_headers(
     writer, progress = "", None
     if not headers:
         return writer, progress, headers
+    if len(headers) == 1 and headers[0][0] == WRITER_HEADER:  # the common case: a data record
+        value = headers[0][1]
+        return _writer_names.get(value) or _writer_name(value), None, ()
     kept = []
     for key, value in headers:
         if key == WRITER_HEADER:
-            writer = value.decode() if value is not None else ""
+            writer = _writer_name(value)
         elif key == PROGRESS_HEADER:
             progress = value
         else:
@@ -284,3 +288,14 @@ def _split_headers(
     if len(kept) == len(headers):
         return writer, progress, headers
     return writer, progress, kept or ()
+
+
+_writer_names: dict[bytes | None, str] = {}
+
+
+def _writer_name(value: bytes | None) -> str:
+    """A writer id header's text, decoded once per writer."""
+    name = _writer_names.get(value)
+    if name is None:
+        name = _writer_names[value] = value.decode() if value is not None else ""
+    return name

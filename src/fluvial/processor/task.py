@@ -115,11 +115,13 @@ class StreamTask:
         wall_clock_ms: int | None = None,
         transactional: bool = True,
         writer_id: str | None = None,
+        merged_topics: frozenset[str] = frozenset(),
     ) -> None:
         """``transactional=False`` leaves persistent stores without their transactional layer:
         for GlobalKTable stores, which are rebuilt from their topics and never committed.
         ``writer_id``: set when repartition topics carry their writers' progress
-        (:mod:`fluvial.processor.completeness`); records this task writes to them say so."""
+        (:mod:`fluvial.processor.completeness`); records this task writes to the
+        ``merged_topics`` (those with several writers) say so."""
         self.task_id = TaskId(*task_id)
         self.subtopology = subtopology
         self.config = config
@@ -162,6 +164,7 @@ class StreamTask:
         # Repartition partitions read merged across their writers (see merge_by_writer).
         self._merged: dict[TopicPartition, WriterMergeQueue] = {}
         self.writer_id = writer_id
+        self.merged_topics = merged_topics
         self._sources = subtopology.source_node_for()
         # Event time from the payload: a source's own extractor, else the config's default for
         # user topics. Internal topics keep the timestamps written into them (already extracted).
@@ -266,7 +269,7 @@ class StreamTask:
                     self.collector,
                     spec.partitioner,
                     count_metric=not repartition,
-                    writer_id=self.writer_id if repartition else None,
+                    writer_id=self.writer_id if topic in self.merged_topics else None,
                 )
             else:
                 assert isinstance(spec, ProcessorNode) and spec.supplier is not None

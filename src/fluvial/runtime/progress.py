@@ -60,7 +60,12 @@ class RepartitionProgress:
             ids = [writer_id(TaskId(sub.id, p)) for p in range(tasks)]
             for topic in written:
                 self.writers.setdefault(topic, []).extend(ids)
-        self._written = {sub.id: sorted(sub.repartition_topics_written()) for sub in subs}
+        #: Repartition topics with several writers: only those need merging. One writer's
+        #: records are in its own order already, so they cost nothing extra.
+        self.merged = frozenset(t for t, ids in self.writers.items() if len(ids) > 1)
+        self._written = {
+            sub.id: sorted(sub.repartition_topics_written() & self.merged) for sub in subs
+        }
         self._at_end: set[tuple[str, int]] = set()
         self._sent: dict[TaskId, tuple[int, bool]] = {}
         self._last_round = 0.0
@@ -71,7 +76,7 @@ class RepartitionProgress:
         """Read the task's repartition partitions merged across their writers."""
         for topic in task.subtopology.source_topics:
             writers = self.writers.get(topic)
-            if writers is not None:
+            if writers is not None and topic in self.merged:
                 tp = (topic, task.task_id.partition)
                 task.merge_by_writer(tp, writers, restored.get(tp))
 

@@ -285,7 +285,8 @@ class Worker:
                 progress = self._progress
                 task = StreamTask(task_id, subs[task_id.subtopology], self.config, task_dir,
                                   self._collector, global_stores=self.global_tables.stores,
-                                  writer_id=writer_id(task_id) if progress else None)  # fmt: skip
+                                  writer_id=writer_id(task_id) if progress else None,
+                                  merged_topics=progress.merged if progress else frozenset())  # fmt: skip
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
                 self._announce(task_id, RESTORING)  # before the restore changes its stores
