@@ -41,6 +41,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from fluvial import children
 from fluvial.config import StreamsConfig
 from fluvial.jvm import java_executable
 from fluvial.kafka.admin import TopicSpec, admin_client, create_topics
@@ -90,7 +91,7 @@ class ClusterReference:
             java_executable(), f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-cp", str(jar), "dev.fluvial.reference.differential.ClusterMain",
         ]  # fmt: skip
-        self._proc = subprocess.Popen(
+        self._proc = children.popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True
         )
         self._lock = threading.Lock()
