@@ -32,6 +32,7 @@ from fluvial.acls import AclRule, derive_acls
 from fluvial.kafka import free_port
 from fluvial.kafka.security import write_client_properties
 from fluvial.runtime.loader import load_app
+from fluvial.verify.faults import is_spark_daemon
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import (
     APP,
@@ -172,7 +173,7 @@ def assert_only_the_driver_holds(runner: Runner, texts: list[str]) -> None:
             grown = {pid for pid, (parent, _) in table.items() if parent in family}
             grew = not grown <= family
             family |= grown
-        return any("pyspark.daemon" in table[pid][1] for pid in family if pid in table)
+        return any(is_spark_daemon(table[pid][1]) for pid in family if pid in table)
 
     wait_until(python_workers, 120, "the driver's Python workers to run", interval_s=0.5)
     assert environments_holding(texts) == {driver}, "only the driver holds the secrets"
@@ -327,7 +328,7 @@ def test_figure2_least_privilege_exactly_once_under_kill_9(
     outputs["command lines"] = "\n".join(sorted(command_lines))
     assert any("fluvial.cli run" in line for line in command_lines), "the sampler saw the runs"
     if engine == "spark":
-        assert any("pyspark.daemon" in line for line in command_lines), "and Spark's workers"
+        assert any(is_spark_daemon(line) for line in command_lines), "and Spark's workers"
     assert_no_secrets(cluster, outputs)
 
 

@@ -162,10 +162,19 @@ def _process_table() -> dict[int, tuple[int, str, str]]:
     return table
 
 
+# The daemon PySpark forks its Python workers from: fluvial's own on local masters (it imports
+# fluvial first, see fluvial.spark.daemon), PySpark's elsewhere.
+SPARK_DAEMONS = ("fluvial.spark.daemon", "pyspark.daemon")
+
+
+def is_spark_daemon(cmd: str) -> bool:
+    return any(daemon in cmd for daemon in SPARK_DAEMONS)
+
+
 def spark_python_workers(root_pid: int) -> list[int]:
     """The live PySpark Python workers below ``root_pid`` (a ``fluvial run --engine spark``).
 
-    The JVM starts one ``pyspark.daemon`` process, which forks a worker per concurrent task:
+    The JVM starts one daemon process (:data:`SPARK_DAEMONS`), which forks a worker per task:
     a worker is a child of the daemon with the daemon's command line. Without the daemon,
     workers run as ``pyspark.worker``.
     """
@@ -183,7 +192,7 @@ def spark_python_workers(root_pid: int) -> list[int]:
         ppid, state, cmd = table[pid]
         if state == "Z":
             continue
-        forked = "pyspark.daemon" in cmd and "pyspark.daemon" in table.get(ppid, (0, "", ""))[2]
+        forked = is_spark_daemon(cmd) and is_spark_daemon(table.get(ppid, (0, "", ""))[2])
         if forked or "pyspark.worker" in cmd:
             workers.append(pid)
     return sorted(workers)
