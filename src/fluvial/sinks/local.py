@@ -33,6 +33,12 @@ class PostgresSetupError(FluvialError):
     """The local PostgreSQL could not be found or started."""
 
 
+# In /usr/sbin on Debian, which a reduced PATH (a CI job's, a service's) may leave out.
+_RUNUSER = shutil.which("runuser") or next(
+    (p for p in ("/usr/sbin/runuser", "/sbin/runuser") if os.path.exists(p)), "runuser"
+)
+
+
 def find_bin_dir() -> Path:
     """The directory holding ``initdb`` and ``pg_ctl``: ``FLUVIAL_PG_BIN``, the newest
     ``/usr/lib/postgresql/*/bin``, or the one on PATH."""
@@ -111,7 +117,7 @@ class LocalPostgres:
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin_dir / args[0]), *args[1:]]
         if self.user is not None:
-            cmd = ["runuser", "-u", self.user, "--", *cmd]
+            cmd = [_RUNUSER, "-u", self.user, "--", *cmd]
         result = children.run(cmd, capture_output=True, text=True, check=False, cwd=self.root)
         if check and result.returncode != 0:
             raise PostgresSetupError(

@@ -450,7 +450,7 @@ def _take(
 
 def _topology(source: AppSource) -> Topology:
     """Rebuild the topology from APP.py once per process and source version."""
-    from fluvial.runtime.loader import load_app
+    from fluvial.runtime.loader import AppError, load_app
 
     topology = _apps.get(source.digest)
     if topology is None:
@@ -468,8 +468,10 @@ def _topology(source: AppSource) -> Topology:
             topology = loaded.topology
             if loaded.config is not None:
                 _app_extractors[source.digest] = loaded.config.default_timestamp_extractor
-        except KeyError as error:
-            name = error.args[0] if error.args else None
+        except (KeyError, AppError) as error:
+            # The loader reports what APP.py raised as an AppError, the KeyError its cause.
+            missing = error if isinstance(error, KeyError) else error.__cause__
+            name = missing.args[0] if isinstance(missing, KeyError) and missing.args else None
             if name not in source.withheld:
                 raise
             raise ConfigError(
