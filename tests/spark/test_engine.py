@@ -151,7 +151,14 @@ def test_spark_and_local_engines_give_the_same_output(
     leases = [lease for lease in runners["spark"].leases() if "slots" in lease]
     assert {len(lease["slots"]) for lease in leases} == {2}, "two partitions give two slots"
     later = [slot for lease in leases[1:] for slot in lease["slots"]]
-    assert all(slot["restored"] == 0 for slot in later), f"restored after lease 1: {leases}"
+    # A slot that stays in its Python worker keeps its Worker and restores nothing. Spark may
+    # hand a slot's task to its other idle worker; that one opens the same state directory and
+    # restores only the changelog's suffix since the last checkpoint, never the whole store.
+    for before, after in zip(leases, leases[1:], strict=False):
+        pids = {slot["slot"]: slot["pid"] for slot in before["slots"]}
+        for slot in after["slots"]:
+            limit = 0 if slot["pid"] == pids.get(slot["slot"]) else 50
+            assert slot["restored"] <= limit, f"restored after lease 1: {leases}"
     assert any(slot["reused"] for slot in later), "no lease reused its slot's warm Worker"
 
 
