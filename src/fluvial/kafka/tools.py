@@ -206,20 +206,22 @@ def tail(
                 f"topic {topic!r} does not exist: fluvial topics list shows those that do, "
                 f"fluvial topics create {topic} --partitions N makes it"
             )
-        starts = []
-        for pid in sorted(metadata.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=15)
-            if last is None:
-                starts.append(TopicPartition(topic, pid, OFFSET_BEGINNING))
-            else:
-                # A transaction marker takes an offset too: at most one per record, so twice N
-                # offsets back hold the last N committed records.
-                starts.append(TopicPartition(topic, pid, max(low, high - 2 * last)))
-        consumer.assign(starts)
-        backlog = list(_read_to_end(consumer, topic, key, value, len(starts), should_stop))
-        if last is not None:
+        partitions = sorted(metadata.partitions)
+        if last is None:
+            consumer.assign([TopicPartition(topic, pid, OFFSET_BEGINNING) for pid in partitions])
+            backlog = list(_read_to_end(consumer, topic, key, value, len(partitions), should_stop))
+        else:
+            backlog = []
+            for pid in partitions:
+                backlog += _last_of_partition(consumer, topic, pid, last, key, value, should_stop)
             backlog.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
             backlog = backlog[-last:] if last else []
+            # Follow from each partition's end.
+            ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                    for p in partitions]  # fmt: skip
+            consumer.assign(
+                [TopicPartition(topic, p, e) for p, e in zip(partitions, ends, strict=True)]
+            )
         yield from backlog
         while follow and not should_stop():
             message = consumer.poll(0.2)
@@ -228,6 +230,29 @@ def tail(
             yield _decoded(message, key, value)
     finally:
         consumer.close()
+
+
+def _last_of_partition(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    last: int,
+    key: serdes.Serde[Any],
+    value: serdes.Serde[Any],
+    should_stop: Callable[[], bool],
+) -> list[TailedRecord]:
+    """The last ``last`` committed records of one partition. Transaction markers and aborted
+    records take offsets too, however many: read further back until enough are found."""
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+    back = 2 * max(last, 1)
+    while True:
+        start = max(low, high - back)
+        consumer.assign([TopicPartition(topic, partition, start)])
+        found = [r for r in _read_to_end(consumer, topic, key, value, 1, should_stop)
+                 if r.offset < high]  # fmt: skip
+        if len(found) >= last or start == low or should_stop():
+            return found[-last:] if last else []
+        back *= 4
 
 
 def _read_to_end(
