@@ -87,6 +87,7 @@ def resolve_key_serdes(itb: InternalTopologyBuilder) -> None:
         declared: list[tuple[str, Serde[Any], str]] = []  # (topic, serde, description)
         inferred: list[str] = []
         raw: list[str] = []
+        fluvial_default = False  # a member whose keys fluvial writes as JSON for want of a serde
         for source_name in sorted(group):
             source = itb.nodes[source_name]
             assert isinstance(source, SourceNode)
@@ -98,6 +99,7 @@ def resolve_key_serdes(itb: InternalTopologyBuilder) -> None:
                 elif fmt is not None:
                     assert fmt.serde is not None
                     declared.append((topic, fmt.serde, shown))
+                    fluvial_default |= fmt.kind == DEFAULT
                 elif source.key_serde is not None:
                     declared.append((topic, source.key_serde, shown))
                 else:
@@ -112,7 +114,7 @@ def resolve_key_serdes(itb: InternalTopologyBuilder) -> None:
                 "builder.stream/table, on the join, or Grouped/Repartitioned.with_key_serde(...)"
             )
             continue
-        if raw and (inferred or any(fmt.kind == DEFAULT for fmt in _formats(itb, declared))):
+        if raw and (inferred or fluvial_default):
             needs = ", ".join(repr(t) for t in inferred) or "an internal topic"
             itb.problem(
                 f"{raw[0]} is joined with {needs}, whose keys fluvial writes itself: it cannot "
@@ -124,12 +126,6 @@ def resolve_key_serdes(itb: InternalTopologyBuilder) -> None:
         if first is not None:
             for topic in inferred:
                 _set_key_serde(itb, topic, first[1])
-
-
-def _formats(
-    itb: InternalTopologyBuilder, declared: list[tuple[str, Serde[Any], str]]
-) -> list[KeyFormat]:
-    return [itb.key_formats[t] for t, _, _ in declared if t in itb.key_formats]
 
 
 def _set_key_serde(itb: InternalTopologyBuilder, topic: str, serde: Serde[Any]) -> None:

@@ -47,7 +47,7 @@ from fluvial.jvm import java_executable
 from fluvial.kafka.admin import TopicSpec, admin_client, create_topics
 from fluvial.runtime import Application
 from fluvial.verify.differential.build import build_topology
-from fluvial.verify.differential.run import Comparison
+from fluvial.verify.differential.run import Comparison, JvmLineProcess
 
 # fluvial settings every partitioned case runs with, beside the run's own (application id,
 # bootstrap servers, exactly-once, commit interval, caching off, state directory). Settings that
@@ -78,9 +78,11 @@ TIME_BASE_LAG_MS = 60_000
 # -- the Kafka Streams side: one JVM running many applications --------------------------------
 
 
-class ClusterReference:
+class ClusterReference(JvmLineProcess):
     """The reference project's ``ClusterMain``: one JVM starting and stopping a ``KafkaStreams``
     per case on command. Its log (warnings and up) goes to a temporary file."""
+
+    CLOSE_WAIT_S = 60.0  # it stops every KafkaStreams it still runs
 
     def __init__(self, *, heap_mb: int = 512) -> None:
         from fluvial.verify.differential.reference import build_reference_jar
@@ -130,27 +132,6 @@ class ClusterReference:
 
     def stop(self, app_id: str) -> str | None:
         return self._ask({"cmd": "stop", "app_id": app_id}).get("error")
-
-    def _tail(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-3000:]
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
-        self._log.close()
-
-    def __enter__(self) -> ClusterReference:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- the fluvial side --------------------------------------------------------------------------

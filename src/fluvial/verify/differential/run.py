@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from fluvial import children, serdes
 from fluvial.config import StreamsConfig
@@ -107,7 +107,37 @@ def run_fluvial(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-class ReferenceProcess:
+class JvmLineProcess:
+    """A reference JVM spoken to in JSON lines on stdin/stdout, its log in a temporary file;
+    closing it ends its input and waits ``CLOSE_WAIT_S`` before killing it."""
+
+    CLOSE_WAIT_S = 30.0
+    _proc: subprocess.Popen[str]
+    _log: Any
+
+    def _tail(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(self.CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+        self._log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReferenceProcess(JvmLineProcess):
     """One JVM serving cases to Kafka Streams' TopologyTestDriver: a case line in, a result
     line out. Its log (warnings only) goes to a temporary file, never to a pipe it could fill."""
 
@@ -153,27 +183,6 @@ class ReferenceProcess:
                 results.append(json.loads(line))
             writer.join()
             return results
-
-    def _tail(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-3000:]
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
-        self._log.close()
-
-    def __enter__(self) -> ReferenceProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def run_reference(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
