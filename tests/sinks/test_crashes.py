@@ -59,6 +59,8 @@ class Feeder(threading.Thread):
         self.aborted = 0
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.flowing = threading.Event()  # cleared: the feeder holds before its next transaction
+        self.flowing.set()
 
     def run(self) -> None:
         try:
@@ -68,6 +70,7 @@ class Feeder(threading.Thread):
 
     def finish(self) -> None:
         self.done.set()
+        self.flowing.set()
         self.join(120)
         assert not self.is_alive()
         assert self.error is None, self.error
@@ -83,6 +86,7 @@ class Feeder(threading.Thread):
         base = event_time_base_ms()
         per_txn = 20
         for start in range(0, self.records, per_txn):
+            self.flowing.wait()
             if self.done.is_set():
                 break
             producer.begin_transaction()
@@ -245,8 +249,11 @@ def test_a_stopped_zombie_is_fenced_by_its_successor_and_its_commit_refused(
                 wait_until(lambda: in_transaction(pg_dsn, table), 60, "a transaction",
                            interval_s=0.005)  # fmt: skip
             else:
-                wait_until(lambda: not in_transaction(pg_dsn, table), 60, "no transaction",
-                           interval_s=0.005)  # fmt: skip
+                # Fed faster than it writes, the sink is between transactions only for an
+                # instant; with the feeder held it drains what it has read and then waits.
+                feeder.flowing.clear()
+                wait_until(lambda: not in_transaction(pg_dsn, table), 120, "no transaction",
+                           interval_s=0.05)  # fmt: skip
             zombie.signal(signal.SIGSTOP)
             time.sleep(0.5)  # a statement running in the server finishes meanwhile
             states = sessions(pg_dsn, table)
@@ -257,6 +264,7 @@ def test_a_stopped_zombie_is_fenced_by_its_successor_and_its_commit_refused(
             return False
 
         wait_until(stopped_where_wanted, 120, f"the zombie stopped {where}", interval_s=0.1)
+        feeder.flowing.set()
         before = query(pg_dsn, f"SELECT count(*) FROM {table}")[0][0]
 
         successor.start()
@@ -276,6 +284,7 @@ def test_a_stopped_zombie_is_fenced_by_its_successor_and_its_commit_refused(
         assert successor.stop() == 0, successor.output()
     finally:
         feeder.done.set()
+        feeder.flowing.set()
         zombie.stop()
         successor.stop()
     values = sorted(r[0] for r in query(pg_dsn, f"SELECT value FROM {table}"))
