@@ -66,21 +66,21 @@ def test_exactly_once_under_leader_kills(three_brokers: LocalKafka, tmp_path: Pa
 @pytest.mark.timeout(600)
 def test_kills_inside_long_open_transactions(three_brokers: LocalKafka, tmp_path: Path) -> None:
     """A 3 s commit interval: every kill lands with a transaction open."""
-    report = run_matrix(seed=7, records=600, faults=("kill-app",), fault_count=3,
+    report = run_matrix(seed=7, records=600, faults=("kill-app",), fault_count=2,
                         duration_s=5, timeout_s=480, commit_interval_ms=3000,
                         cluster=three_brokers, work_dir=tmp_path)  # fmt: skip
-    assert_clean(report, faults_per_kind=3, min_records=600)
+    assert_clean(report, faults_per_kind=2, min_records=600)
 
 
 @pytest.mark.timeout(900)
 def test_at_least_once_loses_nothing(three_brokers: LocalKafka, tmp_path: Path) -> None:
-    report = run_matrix(seed=3, records=600, guarantee="at_least_once", fault_count=2,
+    report = run_matrix(seed=3, records=600, guarantee="at_least_once", fault_count=1,
                         faults=("kill-app", "kill-broker"), duration_s=5, timeout_s=360,
                         commit_interval_ms=1000, cluster=three_brokers,
                         work_dir=tmp_path)  # fmt: skip
     for scenario in report.scenarios:
         detail = (scenario.summary(), scenario.problems)
-        assert scenario.injected == 2, detail
+        assert scenario.injected == 1, detail
         assert (
             scenario.records >= 600
             and scenario.records == scenario.produced + scenario.input_duplicates
@@ -103,12 +103,13 @@ def test_exactly_once_on_spark_under_worker_and_driver_kills(
     assert_clean(workers, faults_per_kind=2, min_records=500)
     # The kills were task failures that Spark itself retried within their lease.
     assert workers.scenarios[0].task_retries >= 1, workers.scenarios[0]
-    # A driver restart costs a JVM start (up to a minute here): the input waits for each.
+    # A driver restart costs a JVM start (up to a minute here), and the input waits for it:
+    # one here; `fluvial verify --engine spark` runs more.
     drivers = run_matrix(seed=11, engine="spark", faults=("kill-app",), records=500,
-                         fault_count=2, duration_s=5, timeout_s=480, commit_interval_ms=500,
+                         fault_count=1, duration_s=5, timeout_s=480, commit_interval_ms=500,
                          spark_lease_ms=2500, cluster=three_brokers,
                          work_dir=tmp_path / "drivers")  # fmt: skip
-    assert_clean(drivers, faults_per_kind=2, min_records=500)
+    assert_clean(drivers, faults_per_kind=1, min_records=500)
 
 
 @pytest.mark.spark
@@ -119,10 +120,10 @@ def test_exactly_once_on_spark_under_zombie_drivers(
     """SIGSTOP of the driver's whole process group, a second driver takes over, then SIGCONT:
     the first stops by itself (its epoch was fenced) and nothing is lost or counted twice."""
     report = run_matrix(seed=13, engine="spark", faults=("zombie",), records=500,
-                        fault_count=2, duration_s=5, timeout_s=600, commit_interval_ms=500,
+                        fault_count=1, duration_s=5, timeout_s=600, commit_interval_ms=500,
                         spark_lease_ms=2500, cluster=three_brokers,
                         work_dir=tmp_path)  # fmt: skip
-    assert_clean(report, faults_per_kind=2, min_records=500)
+    assert_clean(report, faults_per_kind=1, min_records=500)
 
 
 def test_a_scenario_past_its_timeout_says_what_it_waited_for(

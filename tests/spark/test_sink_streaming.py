@@ -22,7 +22,7 @@ from tests import processes
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import values
 
-# Each test starts four or five Spark drivers one after the other: on a loaded 2-core machine
+# Each test starts three or four Spark drivers one after the other: on a loaded 2-core machine
 # a start alone can take minutes. Every wait inside has its own deadline; this is the backstop.
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -97,7 +97,7 @@ def test_query_killed_mid_batch_and_restarted_writes_each_record_once(
     query = Query(tmp_path, bootstrap=bootstrap_servers, input=source, output=out,
                   sink="fluvial", sink_id=unique_name("sink"), max_offsets=150)  # fmt: skip
     rng = random.Random(9)
-    for _ in range(4):
+    for _ in range(2):
         kill_mid_batch(query, query.start(), rng)
 
     final = query.start()
