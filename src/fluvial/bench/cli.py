@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluvial.bench.environment import describe
+from fluvial.bench.nexmark.cli import nexmark_app
 from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
 from fluvial.bench.workloads import WORKLOADS
 
@@ -271,6 +272,8 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
 
 for _name in WORKLOADS:
     bench_app.command(_name)(_workload_command(_name))
+
+bench_app.add_typer(nexmark_app, name="nexmark")
 
 
 def _non_negative(value: int, option: str) -> int:
