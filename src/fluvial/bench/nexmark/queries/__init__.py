@@ -17,10 +17,19 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from fluvial.bench.nexmark.queries import q0
+from fluvial.bench.nexmark.queries import q0, q1, q2, q3, q4, q5, q6, q7, q8, q9
 
 QUERIES: dict[str, ModuleType] = {}
 QUERIES["q0"] = q0
+QUERIES["q1"] = q1
+QUERIES["q2"] = q2
+QUERIES["q3"] = q3
+QUERIES["q4"] = q4
+QUERIES["q5"] = q5
+QUERIES["q6"] = q6
+QUERIES["q7"] = q7
+QUERIES["q8"] = q8
+QUERIES["q9"] = q9
 
 
 def expected(query: ModuleType, events: list[dict[str, Any]], partitions: int) -> Any:
