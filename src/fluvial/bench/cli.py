@@ -126,6 +126,10 @@ class Results:
     def add(self, run: dict[str, Any]) -> None:
         self.data["runs"].append(run)
         _print_run(run)
+        self.save()
+
+    def save(self) -> None:
+        """Rewrite the file with what the results hold now."""
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.data, indent=1) + "\n")

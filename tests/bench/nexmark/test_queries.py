@@ -24,11 +24,13 @@ EVENTS = generate(6_000, seed=11, base_ms=1_700_000_000_000, rate=100)
 STREAMS = {"q0", "q1", "q2"}  # every record is a result, not an update of one
 
 
-def run(query: str, events: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+def run(
+    query: str, events: list[dict[str, Any]], store_type: str = "in_memory"
+) -> list[tuple[str, Any]]:
     builder = StreamsBuilder()
     QUERIES[query].build(builder, TOPICS, OUTPUT)
     config = StreamsConfig(application_id=f"nexmark-{query}", cache_max_bytes=0)
-    with TopologyTestDriver(builder.build(), config) as driver:
+    with TopologyTestDriver(builder.build(), config, store_type=store_type) as driver:
         inputs = {}
         for kind, topic in TOPICS.items():
             with contextlib.suppress(ValueError):  # ValueError: the query does not read it
@@ -41,9 +43,10 @@ def run(query: str, events: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         return [(k.decode(), v) for k, v in out.read_key_values()]
 
 
+@pytest.mark.parametrize("store_type", ["in_memory", "rocksdb"])
 @pytest.mark.parametrize("query", [f"q{i}" for i in range(10)])
-def test_query_matches_its_oracle(query: str) -> None:
-    records = run(query, EVENTS)
+def test_query_matches_its_oracle(query: str, store_type: str) -> None:
+    records = run(query, EVENTS, store_type)
     oracle = expected(QUERIES[query], EVENTS, partitions=1)
     if query in STREAMS:
         got: dict[str, list[Any]] = {}
