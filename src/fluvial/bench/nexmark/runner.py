@@ -48,8 +48,21 @@ def consumed_everything(
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": application_id,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "enable.partition.eof": True})  # fmt: skip
+    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{application_id}-watch",
+                            "isolation.level": "read_uncommitted", "enable.auto.commit": False})  # fmt: skip
     try:
         topics = consumer.list_topics(timeout=10).topics
+        # An open transaction hides what it wrote and what it consumed alike: offsets that
+        # stand still while one is open say nothing (a foreign-key join's round trip may be
+        # inside it). Its internal topics show whether one is open.
+        for name in topics:
+            if name.startswith(f"{application_id}-"):
+                for p in topics[name].partitions:
+                    tp = TopicPartition(name, p)
+                    _low, last_stable = consumer.get_watermark_offsets(tp, timeout=10)
+                    _low, high = uncommitted.get_watermark_offsets(tp, timeout=10)
+                    if high > last_stable:
+                        return None
         partitions = [
             TopicPartition(name, p)
             for name, topic in topics.items()
@@ -68,6 +81,7 @@ def consumed_everything(
         return None
     finally:
         consumer.close()
+        uncommitted.close()
 
 
 def _has_record_from(consumer: Consumer, topic: str, partition: int, start: int) -> bool:

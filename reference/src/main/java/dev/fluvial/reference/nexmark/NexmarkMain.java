@@ -13,7 +13,9 @@ import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -120,8 +122,9 @@ public final class NexmarkMain {
     boolean ok;
     try (Admin admin = Admin.create(ReferenceApp.adminConfig(bootstrap));
         KafkaConsumer<byte[], byte[]> reader =
-            new KafkaConsumer<>(ReferenceApp.readerConfig(bootstrap))) {
-      ok = runUntilDone(runs, admin, reader, failed, stopRequested);
+            new KafkaConsumer<>(ReferenceApp.readerConfig(bootstrap));
+        KafkaConsumer<byte[], byte[]> watcher = new KafkaConsumer<>(watcherConfig(bootstrap))) {
+      ok = runUntilDone(runs, admin, reader, watcher, failed, stopRequested);
     }
     if (stopRequested.getCount() == 0) {
       return; // SIGTERM: the shutdown hook closes the applications.
@@ -160,11 +163,50 @@ public final class NexmarkMain {
     }
   }
 
+  private static Properties watcherConfig(String bootstrap) {
+    Properties props = ReferenceApp.readerConfig(bootstrap);
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
+    return props;
+  }
+
+  /**
+   * Whether a transaction of the application is open: some partition of its internal topics has
+   * records past its last stable offset. An open transaction hides what it wrote and consumed, so
+   * offsets that stand still while one is open say nothing.
+   */
+  private static boolean transactionOpen(
+      Admin admin,
+      KafkaConsumer<byte[], byte[]> reader,
+      KafkaConsumer<byte[], byte[]> watcher,
+      String applicationId) {
+    try {
+      List<TopicPartition> partitions = new ArrayList<>();
+      for (String topic : admin.listTopics().names().get()) {
+        if (topic.startsWith(applicationId + "-")) {
+          for (PartitionInfo info : reader.partitionsFor(topic)) {
+            partitions.add(new TopicPartition(topic, info.partition()));
+          }
+        }
+      }
+      Map<TopicPartition, Long> stable = reader.endOffsets(partitions);
+      Map<TopicPartition, Long> high = watcher.endOffsets(partitions);
+      for (TopicPartition tp : partitions) {
+        if (high.get(tp) > stable.get(tp)) {
+          return true;
+        }
+      }
+      return false;
+    } catch (Exception e) {
+      return true; // unsure: not done, look again
+    }
+  }
+
   /** Waits until every application has consumed everything; false on a failure. */
   private static boolean runUntilDone(
       List<Run> runs,
       Admin admin,
       KafkaConsumer<byte[], byte[]> reader,
+      KafkaConsumer<byte[], byte[]> watcher,
       CountDownLatch failed,
       CountDownLatch stopRequested)
       throws InterruptedException {
@@ -181,6 +223,9 @@ public final class NexmarkMain {
         }
         Map<TopicPartition, Long> consumed =
             ReferenceApp.consumedEverything(admin, reader, run.applicationId, run.inputs);
+        if (consumed != null && transactionOpen(admin, reader, watcher, run.applicationId)) {
+          consumed = null; // what it wrote and consumed is hidden until it commits
+        }
         if (consumed != null && consumed.equals(previous.get(run.name))) {
           pending.remove(run);
         }
