@@ -108,6 +108,24 @@ def test_max_task_idle_waits_for_an_empty_partition_then_proceeds():
     assert collector.to("seen")[-1][1] == b"r1"
 
 
+def test_a_partition_still_to_be_fetched_holds_the_task_until_its_end_is_known():
+    # A worker whose consumer reports partition ends: with max_task_idle_ms 0, as in Kafka
+    # Streams, an empty partition is waited for until the consumer says it is at its end.
+    task, collector = merged_count_task()
+    task.wait_for_unfetched = True
+    task.add_records("left", 3, [raw("l1", 50, 0)])
+    assert drain(task) == 0, "right-3 may still hold older records"
+    task.add_records("right", 3, [raw("r1", 20, 0)])
+    assert drain(task) == 1 and task.stream_time == 20, "the older record goes first"
+    assert drain(task) == 0, "right-3 is empty again, its end unknown"
+    task.reached_end("right", 3)
+    assert drain(task) == 1 and task.stream_time == 50
+    task.add_records("right", 3, [raw("r2", 60, 1)])
+    task.add_records("left", 3, [raw("l2", 70, 1)])
+    assert drain(task) == 1, "new records: its end is unknown again"
+    assert [s[1] for s in collector.to("seen")] == [b"r1", b"l1", b"r2"]
+
+
 def test_records_for_unowned_partitions_are_refused():
     task, _ = merged_count_task()
     with pytest.raises(StreamsError, match="does not own left-0"):

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluvial.bench.environment import describe
+from fluvial.bench.nexmark.cli import nexmark_app
 from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
 from fluvial.bench.workloads import WORKLOADS
 
@@ -125,6 +126,10 @@ class Results:
     def add(self, run: dict[str, Any]) -> None:
         self.data["runs"].append(run)
         _print_run(run)
+        self.save()
+
+    def save(self) -> None:
+        """Rewrite the file with what the results hold now."""
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.data, indent=1) + "\n")
@@ -271,6 +276,8 @@ def _workload_command(workload: str):  # noqa: ANN202 - a typer command
 
 for _name in WORKLOADS:
     bench_app.command(_name)(_workload_command(_name))
+
+bench_app.add_typer(nexmark_app, name="nexmark")
 
 
 def _non_negative(value: int, option: str) -> int:

@@ -287,7 +287,7 @@ def _delete_topics(spec: RunSpec, app_prefix: str) -> None:
                 future.result()
 
 
-def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
+def base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
     return {
         "system": system.label(spec),
         "workload": spec.workload,
@@ -306,19 +306,43 @@ def _base_result(system: System, spec: RunSpec, mode: str) -> dict[str, Any]:
 
 
 def run_throughput(system: System, spec: RunSpec, *, timeout_s: float = 900) -> dict[str, Any]:
-    result = _base_result(system, spec, "throughput")
+    result = base_result(system, spec, "throughput")
     reason = system.unsupported(spec) or _unsupported_security(system, spec)
     if reason:
         return {**result, "status": "skipped", "reason": reason}
     inputs = _create_topics(spec)
-    launched: Launched | None = None
     try:
         expected = preload(spec)
+    except BaseException:
+        _delete_topics(spec, spec.app_id)
+        raise
+    return measure_throughput(
+        system, spec, result, inputs, expected, multi_hop=spec.workload in MULTI_HOP,
+        timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def measure_throughput(
+    system: System,
+    spec: RunSpec,
+    result: dict[str, Any],
+    inputs: dict[str, int],
+    expected: int,
+    *,
+    multi_hop: bool,
+    timeout_s: float = 900,
+) -> dict[str, Any]:
+    """Start the system on pre-loaded ``inputs`` (topic -> partitions, ``expected`` records in
+    all) and time it until its committed input offsets reach their end; ``multi_hop``: it has
+    repartition topics, whose last hop commits after the input does. Deletes the run's topics
+    (those named after its application id) and state when done."""
+    launched: Launched | None = None
+    try:
         launched = Launched(system, spec)
         committed_total = None
         if system.offsets == "progress-file":
             committed_total = lambda: spark_progress(spec)[1]  # noqa: E731
-        multi_hop = spec.workload in MULTI_HOP and system.offsets == "group"
+        multi_hop = multi_hop and system.offsets == "group"
         progress = Progress(
             spec.bootstrap, system.group(spec), inputs, committed_total=committed_total,
             client_config=spec.client_config,
@@ -369,7 +393,7 @@ def run_latency(
     system: System, spec: RunSpec, *, rate: int, seconds: float, startup_timeout_s: float = 180
 ) -> dict[str, Any]:
     """Produce ``rate`` records/s for ``seconds`` once the system answers; record latencies."""
-    result = _base_result(system, spec, "latency")
+    result = base_result(system, spec, "latency")
     result.update(rate=rate, seconds=seconds)
     reason = system.unsupported(spec) or _unsupported_security(system, spec)
     if reason:

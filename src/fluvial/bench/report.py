@@ -137,6 +137,7 @@ def markdown(
                 else:
                     lines.append(f"{head} {r['status']}: {r.get('reason', '')} | | | | |")
             lines.append("")
+        lines += nexmark_markdown(runs)
         rows = targets(runs)
         if rows:
             lines += ["Targets (ratios of throughput within this run):", ""]
@@ -160,6 +161,81 @@ def markdown(
     if history:
         lines += ["", *history_markdown(history)]
     return "\n".join(lines) + "\n"
+
+
+def _nexmark_runs(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if r.get("query") and r["mode"] == "throughput" and r["status"] == "ok"]
+
+
+def nexmark_markdown(runs: list[Run]) -> list[str]:
+    """Nexmark: per query and setting, fluvial against Kafka Streams (CPU per event and
+    throughput as ratios within the run) beside Flink's published per-core figure."""
+    nexmark = _nexmark_runs(runs)
+    if not nexmark:
+        return []
+    lines = [
+        "Nexmark: per query, guarantee and cache setting (ratios: fluvial / kafka-streams in "
+        "this run; Flink's figure is Flink's own set-up, generated source and no Kafka I/O):",
+        "",
+        "| query | guarantee | cache | fluvial events/s | kafka-streams events/s | throughput "
+        "ratio | fluvial CPU µs/event | kafka-streams CPU µs/event | CPU ratio | Flink per core |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    by: dict[tuple[str, str, bool, str], Run] = {}
+    for r in nexmark:
+        cached = r["system"].endswith("+cache")
+        by[(r["query"], r["guarantee"], cached, r["system"].removesuffix("+cache"))] = r
+    for query, guarantee, cached in sorted(
+        {k[:3] for k in by}, key=lambda k: (int(k[0][1:]), k[1], k[2])
+    ):
+        ours = by.get((query, guarantee, cached, "fluvial-local"))
+        theirs = by.get((query, guarantee, cached, "kafka-streams"))
+        flink = next(
+            (r.get("flink_per_core_events_per_s") for r in nexmark if r["query"] == query), None
+        )
+        cells = [query, guarantee.replace("_v2", ""), "on" if cached else "off"]
+        cells += [
+            f"{ours['throughput_rps']:,.0f}" if ours else "",
+            f"{theirs['throughput_rps']:,.0f}" if theirs else "",
+        ]
+        cells.append(
+            f"{ours['throughput_rps'] / theirs['throughput_rps']:.2f}" if ours and theirs else ""
+        )
+        cells += [
+            f"{ours['cpu_us_per_record']:.1f}" if ours else "",
+            f"{theirs['cpu_us_per_record']:.1f}" if theirs else "",
+        ]
+        cells.append(
+            f"{ours['cpu_us_per_record'] / theirs['cpu_us_per_record']:.2f}"
+            if ours and theirs
+            else ""
+        )
+        cells.append(f"{flink:,}" if flink else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def plot_nexmark(runs: list[Run], caption: str, path: Path) -> bool:
+    """Events/s per Nexmark query, one bar per system and cache setting, exactly-once runs."""
+    nexmark = [r for r in _nexmark_runs(runs) if r["guarantee"] == EOS]
+    if not nexmark:
+        return False
+    queries = sorted({r["query"] for r in nexmark}, key=lambda q: int(q[1:]))
+    systems = sorted({r["system"] for r in nexmark})
+    value = {(r["query"], r["system"]): r["throughput_rps"] for r in nexmark}
+    fig, ax = _figure(caption, width=max(7, 1.1 * len(queries) + 3))
+    width = 0.8 / len(systems)
+    for i, system in enumerate(systems):
+        xs = [q + i * width for q in range(len(queries)) if (queries[q], system) in value]
+        ys = [value[(query, system)] for query in queries if (query, system) in value]
+        ax.bar(xs, ys, width, label=system)
+    ax.set_xticks([q + 0.4 - width / 2 for q in range(len(queries))])
+    ax.set_xticklabels(queries)
+    ax.set_ylabel("input events / s (exactly-once)")
+    ax.set_title("Nexmark: throughput per query (same Kafka, same input, one thread each)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return True
 
 
 def _load(run: Run) -> str:
@@ -383,6 +459,7 @@ def write_report(files: list[Path], out: Path, history: Path | None = None) -> P
         ("eos-overhead", plot_eos_overhead),
         ("latency", plot_latency),
         ("engines", plot_engines),
+        ("nexmark", plot_nexmark),
     ):
         path = out / f"{name}.png"
         if plot(runs, caption, path):

@@ -186,6 +186,12 @@ class StreamTask:
         self._flushing = False
         self._idle_since: int | None = None
         self._max_idle_ms = to_millis(config.max_task_idle_ms, "max_task_idle_ms")
+        #: Set by a worker whose consumer reports each partition's end: with max_task_idle_ms
+        #: 0, the task then waits for an empty partition until it is known to be at its end,
+        #: as Kafka Streams does (KIP-695); otherwise another partition's records could move
+        #: stream time past the records still to be fetched, which become late.
+        self.wait_for_unfetched = False
+        self._at_end: set[TopicPartition] = set()
 
         # One byte budget for all of the task's record caches, evicting LRU across them.
         self.cache = ThreadCache(int(config.cache_max_bytes))
@@ -332,6 +338,7 @@ class StreamTask:
                 f"task {self.task_id} does not own {topic}-{partition}; it reads "
                 f"{sorted(self._queues)}"
             )
+        self._at_end.discard((topic, partition))
         extractor = self._extractors.get(topic)
         if extractor is None:
             queue.extend(records)
@@ -406,6 +413,11 @@ class StreamTask:
                                        key, value))  # fmt: skip
         self._partition_time[tp] = partition_time
         return out
+
+    def reached_end(self, topic: str, partition: int) -> None:
+        """The consumer has fetched everything the partition holds (until records come)."""
+        if (topic, partition) in self._queues:
+            self._at_end.add((topic, partition))
 
     def buffered_records(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -560,7 +572,11 @@ class StreamTask:
         if not ready:
             return None
         max_idle = self._max_idle_ms
-        if len(ready) < len(self._queues) and max_idle > 0:
+        if len(ready) < len(self._queues) and max_idle == 0 and self.wait_for_unfetched:
+            for tp, queue in self._queues.items():
+                if not queue and tp not in self._at_end:
+                    return None  # its records are on their way: they may be older
+        elif len(ready) < len(self._queues) and max_idle > 0:
             if self._idle_since is None:
                 self._idle_since = self.wall_clock_ms
             if self.wall_clock_ms - self._idle_since < max_idle:

@@ -53,7 +53,11 @@ class RepartitionProgress:
         #: Repartition topic -> ids of every task that writes it.
         self.writers: dict[str, list[str]] = {}
         for sub in subs:
-            written = sub.repartition_topics_written()
+            # Repartition topics only: a foreign-key join's subscription and response topics
+            # ("-topic") feed table lookups, which have no event time to hold back, and the two
+            # go opposite ways between the same sub-topologies: merged, each side would wait on
+            # the other's progress for ever.
+            written = {t for t in sub.repartition_topics_written() if t.endswith("-repartition")}
             if not written:
                 continue
             tasks = max((self.partitions.get(t, 0) for t in sub.source_topics), default=0)

@@ -175,9 +175,9 @@ class Worker:
         # The collector counts its own sends; a restarted worker's count goes on from here.
         self._records_out_base = self.metrics.records_out
         settings = consumer_settings(self.config, client_suffix=f"-{self.slot}")
-        if self.config.catch_up_completeness:
-            # "Read all of its input" is part of a task's progress (fluvial.runtime.progress).
-            settings["enable.partition.eof"] = True
+        # A partition's end tells a task it may go on without it (StreamTask.reached_end), and
+        # "read all of its input" is part of a task's progress (fluvial.runtime.progress).
+        settings["enable.partition.eof"] = True
         self._consumer = Consumer(settings)
         consumer = self._consumer
         self._progress = (
@@ -287,6 +287,7 @@ class Worker:
                                   self._collector, global_stores=self.global_tables.stores,
                                   writer_id=writer_id(task_id) if progress else None,
                                   merged_topics=progress.merged if progress else frozenset())  # fmt: skip
+                task.wait_for_unfetched = True  # this consumer reports partition ends
                 state = TaskState(task, task_dir)
                 self.task_states[task_id] = state
                 self._announce(task_id, RESTORING)  # before the restore changes its stores
@@ -533,6 +534,10 @@ class Worker:
                 self._guard.check(topic, partition, batch)
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
+        for topic, partition in at_end:
+            task = self._task_by_tp.get((topic, partition))
+            if task is not None:
+                task.reached_end(topic, partition)
         progress = self._progress
         if progress is not None:
             # A partition's end comes after its records in one batch: records first.

@@ -5,6 +5,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
@@ -50,10 +51,10 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 public final class ReferenceApp {
   private static final long POLL_MS = 200;
   // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX
-  private static final String EMIT_INTERVAL_OUTER_JOIN =
+  public static final String EMIT_INTERVAL_OUTER_JOIN =
       "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__";
   // StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
-  private static final String EMIT_INTERVAL_WINDOWED_AGGREGATION =
+  public static final String EMIT_INTERVAL_WINDOWED_AGGREGATION =
       "__emit.interval.ms.kstreams.windowed.aggregation__";
 
   private ReferenceApp() {}
@@ -134,13 +135,13 @@ public final class ReferenceApp {
     return props;
   }
 
-  private static Properties adminConfig(String bootstrap) {
+  public static Properties adminConfig(String bootstrap) {
     Properties props = new Properties();
     props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     return props;
   }
 
-  private static Properties readerConfig(String bootstrap) {
+  public static Properties readerConfig(String bootstrap) {
     Properties props = new Properties();
     props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
@@ -167,7 +168,8 @@ public final class ReferenceApp {
         System.err.println("reference app failed: Kafka Streams is in state " + streams.state());
         return false;
       }
-      Map<TopicPartition, Long> consumed = consumedEverything(admin, reader, applicationId, input);
+      Map<TopicPartition, Long> consumed =
+          consumedEverything(admin, reader, applicationId, List.of(input));
       if (consumed != null && consumed.equals(previous)) {
         return true;
       }
@@ -178,16 +180,21 @@ public final class ReferenceApp {
 
   /**
    * The group's committed offsets if no committed record lies at or past them in any partition
-   * the app reads (its input and its repartition topics); null while one does, or if unsure.
+   * the app reads (its inputs, its repartition topics and the subscription topics of its
+   * foreign-key joins); null while one does, or if unsure.
    */
-  private static Map<TopicPartition, Long> consumedEverything(
-      Admin admin, KafkaConsumer<byte[], byte[]> reader, String applicationId, String input) {
+  public static Map<TopicPartition, Long> consumedEverything(
+      Admin admin,
+      KafkaConsumer<byte[], byte[]> reader,
+      String applicationId,
+      Collection<String> inputs) {
     try {
       List<TopicPartition> partitions = new ArrayList<>();
       for (String topic : admin.listTopics().names().get()) {
-        boolean repartition =
-            topic.startsWith(applicationId + "-") && topic.endsWith("-repartition");
-        if (topic.equals(input) || repartition) {
+        boolean internal =
+            topic.startsWith(applicationId + "-")
+                && (topic.endsWith("-repartition") || topic.endsWith("-topic"));
+        if (inputs.contains(topic) || internal) {
           for (PartitionInfo info : reader.partitionsFor(topic)) {
             partitions.add(new TopicPartition(topic, info.partition()));
           }
@@ -236,7 +243,7 @@ public final class ReferenceApp {
     return false;
   }
 
-  private static void deleteRecursively(Path dir) {
+  public static void deleteRecursively(Path dir) {
     try (Stream<Path> paths = Files.walk(dir)) {
       paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
     } catch (IOException e) {
