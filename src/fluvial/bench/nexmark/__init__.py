@@ -1,0 +1,1 @@
+"""Nexmark, the online-auction streaming benchmark, on fluvial and on Kafka Streams."""
