@@ -24,12 +24,21 @@ def _word(rng: random.Random, length: int) -> str:
 
 
 def _url(rng: random.Random, channel_id: str | None) -> str:
-    base = f"https://www.nexmark.com/{_word(rng, 5)}/{_word(rng, 5)}/{_word(rng, 5)}/item.htm?query=1"
+    base = (
+        f"https://www.nexmark.com/{_word(rng, 5)}/{_word(rng, 5)}/{_word(rng, 5)}/item.htm?query=1"
+    )
     return base if channel_id is None else f"{base}&channel_id={channel_id}"
 
 
-def generate(count: int, seed: int = 7, start_ms: int = START_MS) -> list[dict[str, Any]]:
-    """``count`` events in time order: 1 person, 3 auctions and 46 bids in each 50."""
+def generate(
+    count: int, seed: int = 7, start_ms: int = START_MS, *, pauses: bool = True
+) -> list[dict[str, Any]]:
+    """``count`` events in time order: 1 person, 3 auctions and 46 bids in each 50.
+
+    ``pauses``: now and then 10–30 s without events (longer than a session's gap); without
+    them, a bid is never more than a few seconds from the auction it names, as the Nexmark
+    generator keeps them.
+    """
     rng = random.Random(seed)
     events: list[dict[str, Any]] = []
     now = start_ms
@@ -38,7 +47,11 @@ def generate(count: int, seed: int = 7, start_ms: int = START_MS) -> list[dict[s
     next_auction = FIRST_ID
     for n in range(count):
         # Mostly a few ms apart; now and then a pause longer than a session's gap.
-        now += rng.choice((0, 1, 3, 40, 250)) if rng.random() > 0.03 else rng.randint(10_001, 30_000)
+        now += (
+            rng.choice((0, 1, 3, 40, 250))
+            if not pauses or rng.random() > 0.03
+            else rng.randint(10_001, 30_000)
+        )
         slot = n % 50
         if slot == 0:
             pid = FIRST_ID + len(persons)
