@@ -11,6 +11,7 @@ from typing import Any
 
 from fluvial import Record, StreamsBuilder, StreamsConfig, serdes
 from fluvial.testing import TopologyTestDriver
+from fluvial.testing.topics import TestInputTopic
 
 TOPICS = {"person": "nx-person", "auction": "nx-auction", "bid": "nx-bid"}
 OUTPUT = "nx-out"
@@ -32,25 +33,35 @@ def run(
     *,
     before: list[tuple[str, Any, Any]] = (),  # type: ignore[assignment]
     store_type: str = "in_memory",
+    raw: bool = False,
     **build_options: Any,
 ) -> list[Record[str, Any]]:
     """Every record the query writes, in order, keys as text; ``before``: (topic, key, value)
-    rows piped first (a side input); ``build_options`` go to the query's ``build``."""
+    rows piped first (a side input); ``raw``: values as their UTF-8 text too, not decoded;
+    ``build_options`` go to the query's ``build``."""
     builder = StreamsBuilder()
     query.build(builder, TOPICS, OUTPUT, **build_options)
     config = StreamsConfig(application_id="nexmark-test", cache_max_bytes=0)
     with TopologyTestDriver(builder.build(), config, store_type=store_type) as driver:
-        for topic, k, v in before:
-            driver.create_input_topic(topic, serdes.string(), serdes.json()).pipe_input(k, v, 0)
-        inputs = {}
-        for name, topic in TOPICS.items():
-            with contextlib.suppress(ValueError):  # a topic the query does not read
-                inputs[name] = driver.create_input_topic(topic, serdes.string(), serdes.json())
+        inputs: dict[str, TestInputTopic | None] = {}
+
+        def topic(name: str) -> TestInputTopic | None:
+            if name not in inputs:
+                inputs[name] = None
+                with contextlib.suppress(ValueError):  # a topic the query does not read
+                    inputs[name] = driver.create_input_topic(name, serdes.string(), serdes.json())
+            return inputs[name]
+
+        for name, k, v in before:
+            side = topic(name)
+            if side is not None:
+                side.pipe_input(k, v, 0)
         for event in events:
-            topic = inputs.get(kind(event))
-            if topic is not None:
-                topic.pipe_input(key(event), event, event["dateTime"])
-        return driver.create_output_topic(OUTPUT, serdes.string(), serdes.json()).read_records()
+            into = topic(TOPICS[kind(event)])
+            if into is not None:
+                into.pipe_input(key(event), event, event["dateTime"])
+        value_serde = serdes.string() if raw else serdes.json()
+        return driver.create_output_topic(OUTPUT, serdes.string(), value_serde).read_records()
 
 
 def final(records: list[Record[str, Any]]) -> dict[str, Any]:
