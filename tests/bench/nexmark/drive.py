@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-from collections import Counter
-from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -72,7 +69,9 @@ def final(records: list[Record[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in last.items() if v is not None}
 
 
-def multiset(rows: Iterable[tuple[str, Any]]) -> Counter[tuple[str, str]]:
-    """(key, value) rows as a multiset, values as canonical JSON: the check of a stream output,
-    whose order across partitions is not fixed."""
-    return Counter((k, json.dumps(v, sort_keys=True)) for k, v in rows)
+def per_key(records: list[Record[str, Any]]) -> dict[str, list[Any]]:
+    """Every value per key, in order: the result of a stream that is not a table."""
+    result: dict[str, list[Any]] = {}
+    for record in records:
+        result.setdefault(record.key, []).append(record.value)
+    return result

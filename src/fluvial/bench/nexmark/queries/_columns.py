@@ -73,3 +73,16 @@ def key_text(key: Any) -> str:
     if isinstance(key, str):
         return key
     return json.dumps(key, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def per_key(rows: Iterable[tuple[str, Any]]) -> dict[str, list[Any]]:
+    """A stream's rows as its final result: per key, every value in order.
+
+    A stream that is not a table has no last value per key; its result per key is all of its
+    records. Their order within a key is deterministic (one key, one partition, read in
+    order), so a run's output compares equal as a whole.
+    """
+    result: dict[str, list[Any]] = {}
+    for key, value in rows:
+        result.setdefault(key, []).append(value)
+    return result
