@@ -17,7 +17,10 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from fluvial.bench.nexmark.queries import q0, q1, q2, q3, q4, q5, q6, q7, q8, q9
+from fluvial.bench.nexmark.queries import (
+    q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21,
+    q22,
+)  # fmt: skip
 
 QUERIES: dict[str, ModuleType] = {}
 QUERIES["q0"] = q0
@@ -30,6 +33,10 @@ QUERIES["q6"] = q6
 QUERIES["q7"] = q7
 QUERIES["q8"] = q8
 QUERIES["q9"] = q9
+QUERIES.update(
+    q11=q11, q12=q12, q13=q13, q14=q14, q15=q15, q16=q16, q17=q17, q18=q18, q19=q19, q20=q20,
+    q21=q21, q22=q22,
+)  # fmt: skip
 
 
 def expected(query: ModuleType, events: list[dict[str, Any]], partitions: int) -> Any:

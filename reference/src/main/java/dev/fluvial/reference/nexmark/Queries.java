@@ -27,5 +27,17 @@ public final class Queries {
     ALL.put("q7", Q7::build);
     ALL.put("q8", Q8::build);
     ALL.put("q9", Q9::build);
+    ALL.put("q11", Q11::build);
+    ALL.put("q12", Q12::build);
+    ALL.put("q13", Q13::build);
+    ALL.put("q14", Q14::build);
+    ALL.put("q15", Q15::build);
+    ALL.put("q16", Q16::build);
+    ALL.put("q17", Q17::build);
+    ALL.put("q18", Q18::build);
+    ALL.put("q19", Q19::build);
+    ALL.put("q20", Q20::build);
+    ALL.put("q21", Q21::build);
+    ALL.put("q22", Q22::build);
   }
 }
