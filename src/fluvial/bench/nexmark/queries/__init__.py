@@ -18,9 +18,29 @@ from types import ModuleType
 from typing import Any
 
 from fluvial.bench.nexmark.queries import (
-    q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21,
+    q0,
+    q1,
+    q2,
+    q3,
+    q4,
+    q5,
+    q6,
+    q7,
+    q8,
+    q9,
+    q11,
+    q12,
+    q13,
+    q14,
+    q15,
+    q16,
+    q17,
+    q18,
+    q19,
+    q20,
+    q21,
     q22,
-)  # fmt: skip
+)
 
 QUERIES: dict[str, ModuleType] = {}
 QUERIES["q0"] = q0
