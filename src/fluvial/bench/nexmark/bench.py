@@ -32,7 +32,9 @@ FLINK_PER_CORE = {
     "q0": 175_000, "q1": 170_000, "q2": 175_000, "q3": 150_000, "q4": 34_000, "q5": 22_000,
     "q7": 12_000, "q8": 146_000, "q9": 14_000,
 }  # fmt: skip
-PEERS = ("kafka-streams",)
+PEERS = ("kafka-streams", "quix")
+#: The queries written for Quix Streams (its DSL has no stream-stream or table joins).
+QUIX_QUERIES = frozenset({"q0", "q1", "q2"})
 DEFAULT_CACHE_BYTES = 10 * 1024 * 1024  # both systems' default record cache
 
 
@@ -121,6 +123,46 @@ class NexmarkKafkaStreams(System):
         return "kafka-streams 4.3.1"
 
 
+class NexmarkQuix(System):
+    """The stateless queries on Quix Streams (``peers/quix_nexmark_app.py``)."""
+
+    name = "quix"
+
+    def unsupported(self, spec: RunSpec) -> str | None:
+        assert isinstance(spec, NexmarkSpec)
+        if spec.query not in QUIX_QUERIES:
+            return f"written for Quix Streams: {', '.join(sorted(QUIX_QUERIES))} only"
+        if spec.cache_max_bytes:
+            return "Quix Streams has no record cache: run with the cache off only"
+        return None
+
+    def command(self, spec: RunSpec) -> tuple[list[str], dict[str, str]]:
+        import json
+
+        from fluvial.bench import setup
+        from fluvial.bench.systems import PEERS as PEER_APPS
+
+        assert isinstance(spec, NexmarkSpec)
+        settings = {
+            "query": spec.query, "prefix": spec.prefix, "bootstrap": spec.bootstrap,
+            "group": spec.app_id, "output": spec.output_topic, "exactly_once": spec.exactly_once,
+            "commit_ms": spec.commit_ms, "state_dir": str(spec.work_dir / "state"),
+        }  # fmt: skip
+        python = setup.peer_python("quix")
+        return [str(python), str(PEER_APPS / "quix_nexmark_app.py"), json.dumps(settings)], {}
+
+    def config(self, spec: RunSpec) -> dict[str, object]:
+        return {
+            "processing_guarantee": "exactly-once" if spec.exactly_once else "at-least-once",
+            "commit_interval": spec.commit_ms / 1000,
+        }
+
+    def version(self) -> str:
+        from fluvial.bench import setup
+
+        return setup.peer_version("quix")
+
+
 def _reads(query: str, prefix: str) -> tuple[list[str], bool]:
     """The input topics the query reads, and whether it re-keys (a later hop commits later)."""
     builder = StreamsBuilder()
@@ -155,6 +197,8 @@ def run_nexmark_bench(
         from fluvial.verify.differential.reference import build_reference_jar
 
         made["kafka-streams"] = NexmarkKafkaStreams(build_reference_jar())
+    if "quix" in systems:
+        made["quix"] = NexmarkQuix()
     for name in systems:
         if name.startswith("fluvial-"):
             made[name] = NexmarkFluvial(name.removeprefix("fluvial-"))
@@ -191,10 +235,14 @@ def run_nexmark_bench(
                             table_topic="", app_id=base, work_dir=work_dir, spark_master=master,
                             cache_max_bytes=cache, query=query, prefix=prefix,
                         )  # fmt: skip
-                        create_topics(servers, [TopicSpec(spec.output_topic, partitions)])
                         result = base_result(system, spec, "throughput")
                         result["query"] = query
                         result["flink_per_core_events_per_s"] = FLINK_PER_CORE.get(query)
+                        reason = system.unsupported(spec)
+                        if reason:
+                            results.add({**result, "status": "skipped", "reason": reason})
+                            continue
+                        create_topics(servers, [TopicSpec(spec.output_topic, partitions)])
                         run = measure_throughput(
                             system, spec, result, dict.fromkeys(inputs, partitions), expected,
                             multi_hop=rekeys, timeout_s=timeout_s,

@@ -179,7 +179,7 @@ def bench(
     events: Events = 1_000_000,
     partitions: Partitions = 3,
     peers: Annotated[
-        str, typer.Option(help="Peers beside fluvial, comma-separated: kafka-streams")
+        str, typer.Option(help="Peers beside fluvial, comma-separated: kafka-streams, quix (q0-q2)")
     ] = "kafka-streams",
     engine: Annotated[str, typer.Option(help="fluvial's engine: local, spark or both")] = "local",
     guarantees: Annotated[
