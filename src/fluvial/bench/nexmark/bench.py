@@ -20,6 +20,7 @@ from typing import Any
 from fluvial import StreamsBuilder
 from fluvial.bench.harness import PINNING, base_result, kafka, measure_throughput
 from fluvial.bench.nexmark import model
+from fluvial.bench.nexmark.compare import prepare_side_inputs
 from fluvial.bench.nexmark.generator import Written, write
 from fluvial.bench.nexmark.queries import QUERIES
 from fluvial.bench.nexmark.runner import Settings, kafka_streams_command
@@ -212,6 +213,7 @@ def run_nexmark_bench(
             highlight=False,
         )
         results.data["input"] = written.as_dict()
+        prepare_side_inputs(queries, servers, written.topics)
         results.data["flink_per_core"] = {
             "events_per_s": FLINK_PER_CORE,
             "note": "Flink's published Nexmark figures (Flink 1.13, generated source, discard "

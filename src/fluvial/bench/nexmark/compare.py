@@ -131,6 +131,14 @@ def compare(
     return result
 
 
+def prepare_side_inputs(queries: list[str], bootstrap: str, topics: dict[str, str]) -> None:
+    """Write the side inputs some queries read beside the events (q13's table)."""
+    for query in queries:
+        module = QUERIES[query]
+        if hasattr(module, "fill_side_input"):
+            module.fill_side_input(bootstrap, module.side_input_topic(topics))
+
+
 def _compare_totals(
     query: str, fluvial: Records, kafka_streams: Records | None, events: list[dict[str, Any]] | None
 ) -> Comparison:
@@ -178,6 +186,7 @@ def run_comparison(
         say(f"wrote {written.events:,} events to {prefix}-* ({partitions} partitions) in "
             f"{written.seconds:.1f} s ({written.events_per_s:,.0f} events/s)")  # fmt: skip
         topics = written.topics
+        prepare_side_inputs(queries, bootstrap, topics)
         fluvial_out = {q: f"{prefix}-fluvial-{q}" for q in queries}
         several = len(queries) > 1
         ks_out = f"{prefix}-kstreams"
