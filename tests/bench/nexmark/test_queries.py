@@ -43,10 +43,9 @@ def run(
         return [(k.decode(), v) for k, v in out.read_key_values()]
 
 
-@pytest.mark.parametrize("store_type", ["in_memory", "rocksdb"])
 @pytest.mark.parametrize("query", [f"q{i}" for i in range(10)])
-def test_query_matches_its_oracle(query: str, store_type: str) -> None:
-    records = run(query, EVENTS, store_type)
+def test_query_matches_its_oracle(query: str) -> None:
+    records = run(query, EVENTS)
     oracle = expected(QUERIES[query], EVENTS, partitions=1)
     if query in STREAMS:
         got: dict[str, list[Any]] = {}
