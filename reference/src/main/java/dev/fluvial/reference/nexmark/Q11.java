@@ -1,7 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.time.Duration;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
@@ -14,41 +13,42 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 
-/** Nexmark q11, user sessions: bids per bidder per session of 10 s gap (see queries/q11.py). */
+/**
+ * Nexmark q11, user sessions (fluvial.bench.nexmark.queries.q11): bids per bidder per session
+ * of a 10 s inactivity gap.
+ */
 public final class Q11 {
-  static final long GAP_MS = 10_000;
-  static final long GRACE_MS = 10_000;
+  static final Duration GAP = Duration.ofSeconds(10);
+  static final Duration GRACE = Duration.ofSeconds(10);
 
   private Q11() {}
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
-        // Only the bidder counts: the repartition carries no more than it needs.
-        .map((auction, bid) -> KeyValue.pair(bid.get("bidder").asLong(), bid.get("auction").asLong()))
-        .groupByKey(Grouped.with(Serdes.Long(), Serdes.Long()))
-        .windowedBy(
-            SessionWindows.ofInactivityGapAndGrace(
-                Duration.ofMillis(GAP_MS), Duration.ofMillis(GRACE_MS)))
-        .count(Materialized.with(Serdes.Long(), Serdes.Long()))
-        .toStream()
-        .map(Q11::row)
-        .to(output, Produced.with(Columns.JSON, Columns.JSON));
-  }
+  /** A bidder's session, by its first and last bid: the output key. */
+  public record Session(long bidder, long end, long start) {}
 
-  static KeyValue<JsonNode, JsonNode> row(Windowed<Long> session, Long count) {
+  public record Row(long bidder, long bid_count, long starttime, long endtime) {}
+
+  static KeyValue<Session, Row> row(Windowed<Long> session, Long count) {
     long bidder = session.key();
     long start = session.window().start();
     long end = session.window().end();
-    ObjectNode key = Columns.object().put("bidder", bidder).put("start", start).put("end", end);
+    Session key = new Session(bidder, end, start);
     if (count == null) { // a session merged into another one
       return KeyValue.pair(key, null);
     }
-    ObjectNode value =
-        Columns.object()
-            .put("bidder", bidder)
-            .put("bid_count", count)
-            .put("starttime", start)
-            .put("endtime", end + GAP_MS);
-    return KeyValue.pair(key, value);
+    // The SQL's SESSION_END: the last bid plus the gap.
+    return KeyValue.pair(key, new Row(bidder, count, start, end + GAP.toMillis()));
+  }
+
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
+        // Only the bidder counts: the repartition carries no more than it needs.
+        .map((auction, bid) -> KeyValue.pair(bid.bidder(), bid.auction()))
+        .groupByKey(Grouped.with(Serdes.Long(), Serdes.Long()))
+        .windowedBy(SessionWindows.ofInactivityGapAndGrace(GAP, GRACE))
+        .count(Materialized.with(Serdes.Long(), Serdes.Long()))
+        .toStream()
+        .map(Q11::row)
+        .to(output, Produced.with(Json.serde(Session.class), Json.serde(Row.class)));
   }
 }

@@ -1,6 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.time.Duration;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
@@ -15,40 +15,38 @@ import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.WallclockTimestampExtractor;
 
 /**
- * Nexmark q12, processing-time windows: bids per bidder per 10 s of wall clock, the bid source
- * timed by {@link WallclockTimestampExtractor} (see queries/q12.py).
+ * Nexmark q12, processing-time windows (fluvial.bench.nexmark.queries.q12): bids per bidder per
+ * 10 s of wall clock, the bid source timed by {@link WallclockTimestampExtractor}.
  */
 public final class Q12 {
-  static final long WINDOW_MS = 10_000;
-  static final long GRACE_MS = 10_000;
+  static final Duration WINDOW = Duration.ofSeconds(10);
+  static final Duration GRACE = Duration.ofSeconds(10);
 
   private Q12() {}
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(
-            topics.get("bid"),
-            Consumed.with(Serdes.String(), Columns.JSON)
-                .withTimestampExtractor(new WallclockTimestampExtractor()))
-        .map((auction, bid) -> KeyValue.pair(bid.get("bidder").asLong(), bid.get("auction").asLong()))
-        .groupByKey(Grouped.with(Serdes.Long(), Serdes.Long()))
-        .windowedBy(
-            TimeWindows.ofSizeAndGrace(Duration.ofMillis(WINDOW_MS), Duration.ofMillis(GRACE_MS)))
-        .count(Materialized.with(Serdes.Long(), Serdes.Long()))
-        .toStream()
-        .map(Q12::row)
-        .to(output, Produced.with(Columns.JSON, Columns.JSON));
-  }
+  /** A bidder's window: the output key. */
+  public record BidderWindow(long bidder, long end, long start) {}
 
-  static KeyValue<JsonNode, JsonNode> row(Windowed<Long> window, Long count) {
+  public record Row(long bidder, long bid_count, long starttime, long endtime) {}
+
+  static KeyValue<BidderWindow, Row> row(Windowed<Long> window, Long count) {
     long bidder = window.key();
     long start = window.window().start();
     long end = window.window().end();
-    return KeyValue.pair(
-        Columns.object().put("bidder", bidder).put("start", start).put("end", end),
-        Columns.object()
-            .put("bidder", bidder)
-            .put("bid_count", count)
-            .put("starttime", start)
-            .put("endtime", end));
+    return KeyValue.pair(new BidderWindow(bidder, end, start), new Row(bidder, count, start, end));
+  }
+
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(
+            topics.get("bid"),
+            Consumed.with(Serdes.String(), Json.serde(Bid.class))
+                .withTimestampExtractor(new WallclockTimestampExtractor()))
+        .map((auction, bid) -> KeyValue.pair(bid.bidder(), bid.auction()))
+        .groupByKey(Grouped.with(Serdes.Long(), Serdes.Long()))
+        .windowedBy(TimeWindows.ofSizeAndGrace(WINDOW, GRACE))
+        .count(Materialized.with(Serdes.Long(), Serdes.Long()))
+        .toStream()
+        .map(Q12::row)
+        .to(output, Produced.with(Json.serde(BidderWindow.class), Json.serde(Row.class)));
   }
 }

@@ -1,6 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -9,13 +9,16 @@ import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q13, bounded side input join: each bid joined with the GlobalKTable row of its
- * auction id modulo 10,000 (see queries/q13.py for the side-input topic and its rows).
+ * Nexmark q13, bounded side input join (fluvial.bench.nexmark.queries.q13): each bid joined with
+ * the GlobalKTable row of its auction id modulo 10,000 (the module describes the side-input topic
+ * and its rows).
  */
 public final class Q13 {
   static final long SIDE_INPUT_ROWS = 10_000;
 
   private Q13() {}
+
+  public record Row(long auction, long bidder, long price, long dateTime, String value) {}
 
   /** {@code topics["side_input"]}, else the bid topic's name with -side-input for -bid. */
   static String sideInputTopic(Map<String, String> topics) {
@@ -27,22 +30,15 @@ public final class Q13 {
     return (bid.endsWith("-bid") ? bid.substring(0, bid.length() - 4) : bid) + "-side-input";
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    GlobalKTable<String, JsonNode> side =
-        b.globalTable(sideInputTopic(topics), Consumed.with(Serdes.String(), Columns.JSON));
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    GlobalKTable<String, String> side =
+        builder.globalTable(
+            sideInputTopic(topics), Consumed.with(Serdes.String(), Json.serde(String.class)));
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .join(
             side,
-            (auction, bid) ->
-                String.valueOf(Math.floorMod(bid.get("auction").asLong(), SIDE_INPUT_ROWS)),
-            (bid, value) ->
-                (JsonNode)
-                    Columns.object()
-                        .put("auction", bid.get("auction").asLong())
-                        .put("bidder", bid.get("bidder").asLong())
-                        .put("price", bid.get("price").asLong())
-                        .put("dateTime", bid.get("dateTime").asLong())
-                        .set("value", value))
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+            (auction, bid) -> Long.toString(Math.floorMod(bid.auction(), SIDE_INPUT_ROWS)),
+            (bid, value) -> new Row(bid.auction(), bid.bidder(), bid.price(), bid.dateTime(), value))
+        .to(output, Produced.with(Serdes.String(), Json.serde(Row.class)));
   }
 }

@@ -1,6 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -8,8 +8,9 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q14, calculation: bids with 0.908 * price in (1,000,000, 50,000,000), the price as
- * exact decimal text, a time-of-day type and the count of 'c' in extra (see queries/q14.py).
+ * Nexmark q14, calculation (fluvial.bench.nexmark.queries.q14): bids with 0.908 * price in
+ * (1,000,000, 50,000,000), the price as exact decimal text, a time-of-day type and the count of
+ * 'c' in extra.
  */
 public final class Q14 {
   static final long FACTOR_THOUSANDTHS = 908;
@@ -18,8 +19,17 @@ public final class Q14 {
 
   private Q14() {}
 
-  static boolean inBand(JsonNode bid) {
-    long thousandths = FACTOR_THOUSANDTHS * bid.get("price").asLong();
+  public record Row(
+      long auction,
+      long bidder,
+      String price,
+      String bidTimeType,
+      long dateTime,
+      String extra,
+      long c_counts) {}
+
+  static boolean inBand(Bid bid) {
+    long thousandths = FACTOR_THOUSANDTHS * bid.price();
     return LOW_THOUSANDTHS < thousandths && thousandths < HIGH_THOUSANDTHS;
   }
 
@@ -34,28 +44,27 @@ public final class Q14 {
     return "otherTime";
   }
 
-  static JsonNode row(JsonNode bid) {
-    long thousandths = FACTOR_THOUSANDTHS * bid.get("price").asLong();
+  static Row row(Bid bid) {
+    long thousandths = FACTOR_THOUSANDTHS * bid.price();
     long fraction = thousandths % 1000;
     String price =
         (thousandths / 1000) + (fraction < 10 ? ".00" : fraction < 100 ? ".0" : ".") + fraction;
-    String extra = bid.get("extra").asText();
-    long cCounts = extra.chars().filter(c -> c == 'c').count();
-    long dateTime = bid.get("dateTime").asLong();
-    return Columns.object()
-        .put("auction", bid.get("auction").asLong())
-        .put("bidder", bid.get("bidder").asLong())
-        .put("price", price)
-        .put("bidTimeType", bidTimeType(dateTime))
-        .put("dateTime", dateTime)
-        .put("extra", extra)
-        .put("c_counts", cCounts);
+    String extra = bid.extra();
+    long cCounts = 0;
+    for (int i = 0; i < extra.length(); i++) {
+      if (extra.charAt(i) == 'c') {
+        cCounts++;
+      }
+    }
+    return new Row(
+        bid.auction(), bid.bidder(), price, bidTimeType(bid.dateTime()), bid.dateTime(), extra,
+        cCounts);
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .filter((auction, bid) -> inBand(bid))
         .mapValues(Q14::row)
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+        .to(output, Produced.with(Serdes.String(), Json.serde(Row.class)));
   }
 }

@@ -1,9 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.LongNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.List;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
@@ -15,100 +12,113 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q15, bidding statistics per day, its distinct counts as two aggregations: bids per
- * rank of each (day, bidder) and (day, auction) fact key, then those rows added to and
- * subtracted from the day's statistics (see queries/q15.py).
+ * Nexmark q15, bidding statistics per day (fluvial.bench.nexmark.queries.q15), its distinct
+ * counts as two aggregations: bids per rank of each (day, bidder) and (day, auction) fact key,
+ * then those rows added to and subtracted from the day's statistics.
  */
 public final class Q15 {
-  static final String[] COLUMNS = {
-    "total_bids", "rank1_bids", "rank2_bids", "rank3_bids",
-    "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders",
-    "total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions",
-  };
-
   private Q15() {}
 
-  static List<KeyValue<String, Integer>> facts(String auction, JsonNode bid) {
-    String day = Columns.day(bid.get("dateTime").asLong());
-    int rank = Columns.priceRank(bid.get("price").asLong());
-    return List.of(
-        KeyValue.pair(day + "|B|" + bid.get("bidder").asLong(), rank),
-        KeyValue.pair(day + "|A|" + bid.get("auction").asLong(), rank));
-  }
+  /** A fact key's bids per price rank. */
+  public record Ranks(long rank1, long rank2, long rank3) {
+    static final Ranks NONE = new Ranks(0, 0, 0);
 
-  static JsonNode emptyCounts() {
-    return Columns.MAPPER.createArrayNode().add(0).add(0).add(0);
-  }
-
-  static JsonNode countRank(String key, Integer rank, JsonNode counts) {
-    ArrayNode row = (ArrayNode) counts.deepCopy();
-    int r = rank;
-    row.set(r, LongNode.valueOf(row.get(r).asLong() + 1));
-    return row;
-  }
-
-  static JsonNode initial() {
-    ObjectNode stats = Columns.object();
-    for (String column : COLUMNS) {
-      stats.put(column, 0L);
+    Ranks plus(int rank) {
+      return new Ranks(
+          rank1 + (rank == 0 ? 1 : 0), rank2 + (rank == 1 ? 1 : 0), rank3 + (rank == 2 ? 1 : 0));
     }
-    return stats;
   }
+
+  /** A fact row regrouped by day: its kind ("B" a bidder, "A" an auction) and its ranks. */
+  public record Fact(String kind, long rank1, long rank2, long rank3) {}
 
   /**
-   * Adds (sign 1) or subtracts (sign -1) a fact row {@code [kind, c1, c2, c3, ...]} to the
-   * statistics. A new fact key's old row is the initializer's (no bids): it counts for nothing.
+   * The twelve counts (total, rank 1, 2, 3 of bids, then of bidders, then of auctions) with a
+   * fact row added (sign 1) or taken out (sign -1). A new fact key's old row is the
+   * initializer's (no bids, as Kafka Streams forwards it): it counts for nothing.
    */
-  static void count(ObjectNode stats, JsonNode row, int sign) {
-    long c1 = row.get(1).asLong();
-    long c2 = row.get(2).asLong();
-    long c3 = row.get(3).asLong();
-    String column;
-    if (row.get(0).asText().equals("B")) {
-      add(stats, "total_bids", sign * (c1 + c2 + c3));
-      add(stats, "rank1_bids", sign * c1);
-      add(stats, "rank2_bids", sign * c2);
-      add(stats, "rank3_bids", sign * c3);
-      column = "bidders";
+  static long[] count(long[] columns, String kind, long r1, long r2, long r3, int sign) {
+    long[] c = columns.clone();
+    int at;
+    if (kind.equals("B")) {
+      c[0] += sign * (r1 + r2 + r3);
+      c[1] += sign * r1;
+      c[2] += sign * r2;
+      c[3] += sign * r3;
+      at = 4;
     } else {
-      column = "auctions";
+      at = 8;
     }
-    add(stats, "total_" + column, c1 + c2 + c3 > 0 ? sign : 0);
-    add(stats, "rank1_" + column, c1 > 0 ? sign : 0);
-    add(stats, "rank2_" + column, c2 > 0 ? sign : 0);
-    add(stats, "rank3_" + column, c3 > 0 ? sign : 0);
+    c[at] += r1 + r2 + r3 > 0 ? sign : 0;
+    c[at + 1] += r1 > 0 ? sign : 0;
+    c[at + 2] += r2 > 0 ? sign : 0;
+    c[at + 3] += r3 > 0 ? sign : 0;
+    return c;
   }
 
-  private static void add(ObjectNode stats, String column, long delta) {
-    stats.put(column, stats.get(column).asLong() + delta);
+  public record Stats(
+      String day,
+      long total_bids,
+      long rank1_bids,
+      long rank2_bids,
+      long rank3_bids,
+      long total_bidders,
+      long rank1_bidders,
+      long rank2_bidders,
+      long rank3_bidders,
+      long total_auctions,
+      long rank1_auctions,
+      long rank2_auctions,
+      long rank3_auctions) {
+    static final Stats NONE = of(null, new long[12]);
+
+    static Stats of(String day, long[] c) {
+      return new Stats(
+          day, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]);
+    }
+
+    long[] columns() {
+      return new long[] {
+        total_bids, rank1_bids, rank2_bids, rank3_bids,
+        total_bidders, rank1_bidders, rank2_bidders, rank3_bidders,
+        total_auctions, rank1_auctions, rank2_auctions, rank3_auctions
+      };
+    }
+
+    Stats change(String day, Fact fact, int sign) {
+      return of(
+          day, count(columns(), fact.kind(), fact.rank1(), fact.rank2(), fact.rank3(), sign));
+    }
   }
 
-  static JsonNode change(String day, JsonNode row, JsonNode stats, int sign) {
-    ObjectNode next = (ObjectNode) stats.deepCopy();
-    next.put("day", day);
-    count(next, row, sign);
-    return next;
+  static List<KeyValue<String, Integer>> facts(String auction, Bid bid) {
+    String day = Columns.day(bid.dateTime());
+    int rank = Columns.priceRank(bid.price());
+    return List.of(
+        KeyValue.pair(day + "|B|" + bid.bidder(), rank),
+        KeyValue.pair(day + "|A|" + bid.auction(), rank));
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .flatMap(Q15::facts)
         .groupByKey(Grouped.with(Serdes.String(), Serdes.Integer()))
-        .aggregate(Q15::emptyCounts, Q15::countRank, Materialized.with(Serdes.String(), Columns.JSON))
-        .groupBy(
-            (key, counts) -> {
-              // The fact row regrouped by its day, its kind (B or A) in front of the counts.
-              ArrayNode row = Columns.MAPPER.createArrayNode().add(key.substring(11, 12));
-              row.addAll((ArrayNode) counts);
-              return KeyValue.pair(key.substring(0, 10), (JsonNode) row);
-            },
-            Grouped.with(Serdes.String(), Columns.JSON))
         .aggregate(
-            Q15::initial,
-            (day, row, stats) -> change(day, row, stats, 1),
-            (day, row, stats) -> change(day, row, stats, -1),
-            Materialized.with(Serdes.String(), Columns.JSON))
+            () -> Ranks.NONE,
+            (key, rank, ranks) -> ranks.plus(rank),
+            Materialized.with(Serdes.String(), Json.serde(Ranks.class)))
+        .groupBy(
+            (key, ranks) ->
+                KeyValue.pair(
+                    key.substring(0, 10),
+                    new Fact(key.substring(11, 12), ranks.rank1(), ranks.rank2(), ranks.rank3())),
+            Grouped.with(Serdes.String(), Json.serde(Fact.class)))
+        .aggregate(
+            () -> Stats.NONE,
+            (day, fact, stats) -> stats.change(day, fact, 1),
+            (day, fact, stats) -> stats.change(day, fact, -1),
+            Materialized.with(Serdes.String(), Json.serde(Stats.class)))
         .toStream()
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+        .to(output, Produced.with(Serdes.String(), Json.serde(Stats.class)));
   }
 }

@@ -1,7 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KeyValue;
@@ -12,61 +11,58 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q17, auction statistics per day: per (auction, day), bids per price rank and min, max,
- * integer average and sum of the prices (see queries/q17.py).
+ * Nexmark q17, auction statistics per day (fluvial.bench.nexmark.queries.q17): per (auction,
+ * day), bids per price rank and the min, max, integer average and sum of the prices.
  */
 public final class Q17 {
-  private static final String[] RANKS = {"rank1_bids", "rank2_bids", "rank3_bids"};
-
   private Q17() {}
 
-  static JsonNode initial() {
-    return Columns.object().put("total_bids", 0L);
-  }
+  /** The output key. */
+  public record AuctionDay(long auction, String day) {}
 
-  static JsonNode add(JsonNode group, Long price, JsonNode row) {
-    ObjectNode next;
-    if (row.get("total_bids").asLong() == 0) {
-      next =
-          Columns.object()
-              .put("total_bids", 0L)
-              .put("rank1_bids", 0L)
-              .put("rank2_bids", 0L)
-              .put("rank3_bids", 0L)
-              .put("min_price", price)
-              .put("max_price", price)
-              .put("avg_price", 0L)
-              .put("sum_price", 0L);
-      next.set("auction", group.get("auction"));
-      next.set("day", group.get("day"));
-    } else {
-      next = (ObjectNode) row.deepCopy();
+  public record Row(
+      long auction,
+      String day,
+      long total_bids,
+      long rank1_bids,
+      long rank2_bids,
+      long rank3_bids,
+      long min_price,
+      long max_price,
+      long avg_price,
+      long sum_price) {
+    static final Row NONE = new Row(0, null, 0, 0, 0, 0, 0, 0, 0, 0);
+
+    Row add(AuctionDay group, long price) {
+      int rank = Columns.priceRank(price);
+      long total = total_bids + 1;
+      long sum = sum_price + price;
+      return new Row(
+          group.auction(),
+          group.day(),
+          total,
+          rank1_bids + (rank == 0 ? 1 : 0),
+          rank2_bids + (rank == 1 ? 1 : 0),
+          rank3_bids + (rank == 2 ? 1 : 0),
+          total_bids == 0 ? price : Math.min(min_price, price),
+          total_bids == 0 ? price : Math.max(max_price, price),
+          sum / total,
+          sum);
     }
-    long total = next.get("total_bids").asLong() + 1;
-    long sum = next.get("sum_price").asLong() + price;
-    String rank = RANKS[Columns.priceRank(price)];
-    next.put("total_bids", total);
-    next.put(rank, next.get(rank).asLong() + 1);
-    next.put("min_price", Math.min(next.get("min_price").asLong(), price));
-    next.put("max_price", Math.max(next.get("max_price").asLong(), price));
-    next.put("sum_price", sum);
-    next.put("avg_price", sum / total);
-    return next;
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .map(
             (auction, bid) ->
                 KeyValue.pair(
-                    (JsonNode)
-                        Columns.object()
-                            .put("auction", bid.get("auction").asLong())
-                            .put("day", Columns.day(bid.get("dateTime").asLong())),
-                    bid.get("price").asLong()))
-        .groupByKey(Grouped.with(Columns.JSON, Serdes.Long()))
-        .aggregate(Q17::initial, Q17::add, Materialized.with(Columns.JSON, Columns.JSON))
+                    new AuctionDay(bid.auction(), Columns.day(bid.dateTime())), bid.price()))
+        .groupByKey(Grouped.with(Json.serde(AuctionDay.class), Serdes.Long()))
+        .aggregate(
+            () -> Row.NONE,
+            (group, price, row) -> row.add(group, price),
+            Materialized.with(Json.serde(AuctionDay.class), Json.serde(Row.class)))
         .toStream()
-        .to(output, Produced.with(Columns.JSON, Columns.JSON));
+        .to(output, Produced.with(Json.serde(AuctionDay.class), Json.serde(Row.class)));
   }
 }

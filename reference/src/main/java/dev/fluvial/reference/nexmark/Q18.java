@@ -1,6 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KeyValue;
@@ -11,28 +11,23 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q18, last bid: per (auction, bidder), the bid with the latest dateTime, the later read
- * winning a tie (see queries/q18.py).
+ * Nexmark q18, last bid (fluvial.bench.nexmark.queries.q18): per (auction, bidder), the bid with
+ * the latest dateTime, the later read winning a tie.
  */
 public final class Q18 {
   private Q18() {}
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
-        .map(
-            (auction, bid) ->
-                KeyValue.pair(
-                    (JsonNode)
-                        Columns.object()
-                            .put("auction", bid.get("auction").asLong())
-                            .put("bidder", bid.get("bidder").asLong()),
-                    bid))
-        .groupByKey(Grouped.with(Columns.JSON, Columns.JSON))
+  /** The output key. */
+  public record Pair(long auction, long bidder) {}
+
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
+        .map((auction, bid) -> KeyValue.pair(new Pair(bid.auction(), bid.bidder()), bid))
+        .groupByKey(Grouped.with(Json.serde(Pair.class), Json.serde(Bid.class)))
         .reduce(
-            (last, bid) ->
-                bid.get("dateTime").asLong() >= last.get("dateTime").asLong() ? bid : last,
-            Materialized.with(Columns.JSON, Columns.JSON))
+            (last, bid) -> bid.dateTime() >= last.dateTime() ? bid : last,
+            Materialized.with(Json.serde(Pair.class), Json.serde(Bid.class)))
         .toStream()
-        .to(output, Produced.with(Columns.JSON, Columns.JSON));
+        .to(output, Produced.with(Json.serde(Pair.class), Json.serde(Bid.class)));
   }
 }

@@ -1,8 +1,8 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -12,44 +12,69 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q19, auction top 10: each auction's ten highest bids, with their rank_number, equal
- * prices in arrival order, as one list per auction (see queries/q19.py).
+ * Nexmark q19, auction top 10 (fluvial.bench.nexmark.queries.q19): each auction's ten highest
+ * bids with their rank_number, equal prices in arrival order, as one list per auction.
  */
 public final class Q19 {
   static final int TOP = 10;
 
   private Q19() {}
 
-  static JsonNode enter(String auction, JsonNode bid, JsonNode top) {
-    long price = bid.get("price").asLong();
+  public record Ranked(
+      long auction,
+      long bidder,
+      long price,
+      String channel,
+      String url,
+      long dateTime,
+      String extra,
+      long rank_number) {
+    static Ranked of(Bid bid, long rank) {
+      return new Ranked(
+          bid.auction(), bid.bidder(), bid.price(), bid.channel(), bid.url(), bid.dateTime(),
+          bid.extra(), rank);
+    }
+
+    Ranked demoted() {
+      return new Ranked(auction, bidder, price, channel, url, dateTime, extra, rank_number + 1);
+    }
+  }
+
+  /** The top list as it is stored and written: a JSON array of the ranked bids. */
+  public static final class Top extends ArrayList<Ranked> {
+    public Top() {}
+
+    Top(List<Ranked> ranked) {
+      super(ranked);
+    }
+  }
+
+  static Top enter(Bid bid, Top top) {
+    long price = bid.price();
     int size = top.size();
-    if (size >= TOP && price <= top.get(size - 1).get("price").asLong()) {
+    if (size >= TOP && price <= top.get(size - 1).price()) {
       return top;
     }
     int at = size;
-    while (at > 0 && top.get(at - 1).get("price").asLong() < price) {
+    while (at > 0 && top.get(at - 1).price() < price) {
       at--; // after every bid of an equal price
     }
-    ArrayNode ranked = Columns.MAPPER.createArrayNode();
-    for (int i = 0; i < at; i++) {
-      ranked.add(top.get(i));
-    }
-    ranked.add(((ObjectNode) bid.deepCopy()).put("rank_number", at + 1));
+    Top ranked = new Top(top.subList(0, at));
+    ranked.add(Ranked.of(bid, at + 1));
     for (int i = at; i < Math.min(size, TOP - 1); i++) {
-      JsonNode below = top.get(i);
-      ranked.add(((ObjectNode) below.deepCopy()).put("rank_number", below.get("rank_number").asInt() + 1));
+      ranked.add(top.get(i).demoted());
     }
     return ranked;
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
-        .groupByKey(Grouped.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
+        .groupByKey(Grouped.with(Serdes.String(), Json.serde(Bid.class)))
         .aggregate(
-            () -> Columns.MAPPER.createArrayNode(),
-            Q19::enter,
-            Materialized.with(Serdes.String(), Columns.JSON))
+            Top::new,
+            (auction, bid, top) -> enter(bid, top),
+            Materialized.with(Serdes.String(), Json.serde(Top.class)))
         .toStream()
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+        .to(output, Produced.with(Serdes.String(), Json.serde(Top.class)));
   }
 }

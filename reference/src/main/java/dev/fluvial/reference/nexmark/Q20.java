@@ -1,6 +1,7 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Auction;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.time.Duration;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
@@ -12,47 +13,53 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
 
 /**
- * Nexmark q20, expand bid with auction: bids joined with their category-10 auction, a
- * stream-stream join of 20 s either way and 10 s of grace (see queries/q20.py).
+ * Nexmark q20, expand bid with auction (fluvial.bench.nexmark.queries.q20): bids joined with
+ * their category-10 auction, a stream-stream join of 20 s either way and 10 s of grace.
  */
 public final class Q20 {
   static final long CATEGORY = 10;
-  static final long JOIN_MS = 20_000;
-  static final long GRACE_MS = 10_000;
+  static final Duration JOIN = Duration.ofSeconds(20);
+  static final Duration GRACE = Duration.ofSeconds(10);
 
   private Q20() {}
 
-  static JsonNode row(JsonNode bid, JsonNode auction) {
-    return Columns.object()
-        .put("auction", bid.get("auction").asLong())
-        .put("bidder", bid.get("bidder").asLong())
-        .put("price", bid.get("price").asLong())
-        .put("channel", bid.get("channel").asText())
-        .put("url", bid.get("url").asText())
-        .put("bid_dateTime", bid.get("dateTime").asLong())
-        .put("bid_extra", bid.get("extra").asText())
-        .put("itemName", auction.get("itemName").asText())
-        .put("description", auction.get("description").asText())
-        .put("initialBid", auction.get("initialBid").asLong())
-        .put("reserve", auction.get("reserve").asLong())
-        .put("auction_dateTime", auction.get("dateTime").asLong())
-        .put("expires", auction.get("expires").asLong())
-        .put("seller", auction.get("seller").asLong())
-        .put("category", auction.get("category").asLong())
-        .put("auction_extra", auction.get("extra").asText());
+  public record Row(
+      long auction,
+      long bidder,
+      long price,
+      String channel,
+      String url,
+      long bid_dateTime,
+      String bid_extra,
+      String itemName,
+      String description,
+      long initialBid,
+      long reserve,
+      long auction_dateTime,
+      long expires,
+      long seller,
+      long category,
+      String auction_extra) {
+    static Row of(Bid bid, Auction auction) {
+      return new Row(
+          bid.auction(), bid.bidder(), bid.price(), bid.channel(), bid.url(), bid.dateTime(),
+          bid.extra(), auction.itemName(), auction.description(), auction.initialBid(),
+          auction.reserve(), auction.dateTime(), auction.expires(), auction.seller(),
+          auction.category(), auction.extra());
+    }
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    KStream<String, JsonNode> category10 =
-        b.stream(topics.get("auction"), Consumed.with(Serdes.String(), Columns.JSON))
-            .filter((id, auction) -> auction.get("category").asLong() == CATEGORY);
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    KStream<String, Auction> category10 =
+        builder
+            .stream(topics.get("auction"), Consumed.with(Serdes.String(), Json.serde(Auction.class)))
+            .filter((id, auction) -> auction.category() == CATEGORY);
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .join(
             category10,
-            Q20::row,
-            JoinWindows.ofTimeDifferenceAndGrace(
-                Duration.ofMillis(JOIN_MS), Duration.ofMillis(GRACE_MS)),
-            StreamJoined.with(Serdes.String(), Columns.JSON, Columns.JSON))
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+            Row::of,
+            JoinWindows.ofTimeDifferenceAndGrace(JOIN, GRACE),
+            StreamJoined.with(Serdes.String(), Json.serde(Bid.class), Json.serde(Auction.class)))
+        .to(output, Produced.with(Serdes.String(), Json.serde(Row.class)));
   }
 }

@@ -1,6 +1,6 @@
 package dev.fluvial.reference.nexmark;
 
-import com.fasterxml.jackson.databind.JsonNode;
+import dev.fluvial.reference.nexmark.Model.Bid;
 import java.util.Locale;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -11,8 +11,8 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * Nexmark q21, add channel id: '0'–'3' for the four known channels, else the url's channel_id
- * parameter; bids with neither are left out (see queries/q21.py).
+ * Nexmark q21, add channel id (fluvial.bench.nexmark.queries.q21): '0'–'3' for the four known
+ * channels, else the url's channel_id parameter; bids with neither are left out.
  */
 public final class Q21 {
   static final Map<String, String> KNOWN_CHANNELS =
@@ -21,33 +21,27 @@ public final class Q21 {
 
   private Q21() {}
 
-  static String channelId(JsonNode bid) {
-    String known = KNOWN_CHANNELS.get(bid.get("channel").asText().toLowerCase(Locale.ROOT));
+  public record Row(long auction, long bidder, long price, String channel, String channel_id) {}
+
+  static String channelId(Bid bid) {
+    String known = KNOWN_CHANNELS.get(bid.channel().toLowerCase(Locale.ROOT));
     if (known != null) {
       return known;
     }
-    Matcher found = CHANNEL_ID.matcher(bid.get("url").asText());
+    Matcher found = CHANNEL_ID.matcher(bid.url());
     return found.find() ? found.group(2) : null;
   }
 
   /** The output row, or null for a bid the query leaves out. */
-  static JsonNode row(JsonNode bid) {
+  static Row row(Bid bid) {
     String id = channelId(bid);
-    if (id == null) {
-      return null;
-    }
-    return Columns.object()
-        .put("auction", bid.get("auction").asLong())
-        .put("bidder", bid.get("bidder").asLong())
-        .put("price", bid.get("price").asLong())
-        .put("channel", bid.get("channel").asText())
-        .put("channel_id", id);
+    return id == null ? null : new Row(bid.auction(), bid.bidder(), bid.price(), bid.channel(), id);
   }
 
-  public static void build(StreamsBuilder b, Map<String, String> topics, String output) {
-    b.stream(topics.get("bid"), Consumed.with(Serdes.String(), Columns.JSON))
+  public static void build(StreamsBuilder builder, Map<String, String> topics, String output) {
+    builder.stream(topics.get("bid"), Consumed.with(Serdes.String(), Json.serde(Bid.class)))
         .mapValues(Q21::row)
         .filter((auction, row) -> row != null)
-        .to(output, Produced.with(Serdes.String(), Columns.JSON));
+        .to(output, Produced.with(Serdes.String(), Json.serde(Row.class)));
   }
 }
