@@ -19,7 +19,7 @@ import org.apache.kafka.streams.kstream.Windowed;
  */
 public final class Q11 {
   static final Duration GAP = Duration.ofSeconds(10);
-  static final Duration GRACE = Duration.ofSeconds(10);
+  static final Duration GRACE = Duration.ofSeconds(30);
 
   private Q11() {}
 
