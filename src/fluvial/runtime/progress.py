@@ -92,6 +92,15 @@ class RepartitionProgress:
         self._at_end.difference_update(tps)
 
     # -- progress records -------------------------------------------------------------------------
+    def wrote_after_progress(self, task_id: TaskId) -> None:
+        """``task_id`` wrote records outside a processing round (its cache flushed at a commit).
+
+        A downstream task takes a writer's record after its progress as a sign that the writer
+        is working again, and waits for its next progress. So the next round sends this task's
+        progress even if unchanged: after those records, saying again how far it has read.
+        """
+        self._sent.pop(task_id, None)
+
     def send(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
         """Send the progress of tasks that write repartition topics; whether anything was sent."""
         now = time.monotonic() * 1000

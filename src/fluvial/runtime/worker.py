@@ -618,8 +618,14 @@ class Worker:
         started = time.monotonic()
         # Flush caches and stores first: their records must be in the transaction (or acked)
         # before the offsets that produced them are committed. The offsets never run ahead.
+        progress = self._progress
         for task in self.tasks.values():
+            written = self._collector.records_out
             task.flush()
+            if progress is not None and self._collector.records_out != written:
+                # A cache flushed records after the task's last progress record: the next
+                # progress must follow them, or a downstream task waits for this writer forever.
+                progress.wrote_after_progress(task.task_id)
         offsets = {}
         for task in self.tasks.values():
             offsets.update(task.committable_offsets())
