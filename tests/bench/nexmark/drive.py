@@ -7,21 +7,25 @@ from types import ModuleType
 from typing import Any
 
 from fluvial import Record, StreamsBuilder, StreamsConfig, serdes
+from fluvial.bench.nexmark.generator import generate
+from fluvial.bench.nexmark.model import key, kind, topics
 from fluvial.testing import TopologyTestDriver
 from fluvial.testing.topics import TestInputTopic
 
-TOPICS = {"person": "nx-person", "auction": "nx-auction", "bid": "nx-bid"}
+TOPICS = topics("nx")
 OUTPUT = "nx-out"
 
 
-def kind(event: dict[str, Any]) -> str:
-    if "bidder" in event:
-        return "bid"
-    return "auction" if "seller" in event else "person"
+#: 23:58:00 UTC on 2024-05-01: hand-made events near a midnight.
+START_MS = 1_714_607_880_000
 
 
-def key(event: dict[str, Any]) -> str:
-    return str(event["auction"] if "bidder" in event else event["id"])
+def generated(
+    count: int, *, seed: int = 7, base_ms: int = START_MS + 115_000, rate: int = 100
+) -> list[dict[str, Any]]:
+    """Events of the Nexmark generator: by default from 23:59:55, across midnight (at 100
+    events/s, past 500 events)."""
+    return generate(count, seed=seed, base_ms=base_ms, rate=rate)
 
 
 def run(

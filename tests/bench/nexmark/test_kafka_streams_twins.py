@@ -15,16 +15,18 @@ from fluvial import children
 from fluvial.bench.nexmark.queries import QUERIES, q12, q13
 from fluvial.jvm import java_executable
 from fluvial.verify.differential.reference import build_reference_jar
-from tests.bench.nexmark.drive import TOPICS, final, key, kind, run
-from tests.bench.nexmark.events import START_MS, generate
+from tests.bench.nexmark.drive import START_MS, TOPICS, final, generated, key, kind, run
 
 N2_QUERIES = [f"q{n}" for n in range(11, 23)]
 
 
 def twin_input() -> tuple[list[tuple[str, str, str]], list[dict]]:
-    """The side input, then events over two days and across day and night hours."""
-    events = generate(1500) + generate(
-        700, seed=9, start_ms=START_MS + 14 * 3_600_000, pauses=False
+    """The side input, then events over two days, across day and night hours, and a slow
+    stretch in which bidders pause past a session's gap."""
+    events = (
+        generated(1500)
+        + generated(700, seed=9, base_ms=START_MS + 14 * 3_600_000)
+        + generated(600, seed=10, base_ms=START_MS + 20 * 3_600_000, rate=5)
     )
     side = [(q13.side_input_topic(TOPICS), k, v) for k, v in q13.side_input()]
     return side, events

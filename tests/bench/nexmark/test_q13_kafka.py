@@ -15,8 +15,7 @@ from fluvial import StreamsBuilder, StreamsConfig
 from fluvial.bench.nexmark.queries import q13
 from fluvial.partitioner import default_partition
 from fluvial.runtime import Application
-from tests.bench.nexmark.drive import key
-from tests.bench.nexmark.events import generate
+from tests.bench.nexmark.drive import generated, key
 from tests.runtime.harness import flush, read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -37,7 +36,7 @@ def test_q13_joins_bids_with_the_side_input_on_kafka(
     assert all(m.partition() == default_partition(m.key(), 2) for m in side)
     assert {(m.key(), m.value()) for m in side} >= {(b"42", b'"42"'), (b"9999", b'"9999"')}
 
-    events = generate(400, start_ms=int(time.time() * 1000) - 60_000, pauses=False)
+    events = generated(400, base_ms=int(time.time() * 1000) - 60_000)
     bids = [e for e in events if "bidder" in e]
     producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
     for bid in bids:

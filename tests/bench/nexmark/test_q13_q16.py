@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from fluvial.bench.nexmark.queries import q13, q14, q15, q16
-from tests.bench.nexmark.drive import TOPICS, final, per_key, run
-from tests.bench.nexmark.events import START_MS, generate
+from tests.bench.nexmark.drive import START_MS, TOPICS, final, generated, per_key, run
 
 
 def bid(bidder: int, price: int, ms: int, auction: int = 1000, **fields) -> dict:
@@ -37,7 +36,7 @@ def test_q15_counts_bids_and_distinct_bidders_and_auctions_per_day_and_rank():
 
 
 def test_q15_generated_events_match_the_oracle():
-    events = generate(800)
+    events = generated(800)
     expected = q15.oracle(events)
     assert len(expected) == 2  # both sides of midnight
     assert final(run(q15, events)) == expected
@@ -62,7 +61,7 @@ def test_q16_keeps_statistics_per_channel_and_day_with_the_latest_minute():
 
 
 def test_q16_generated_events_match_the_oracle():
-    events = generate(800)
+    events = generated(800)
     expected = q16.oracle(events)
     assert len(expected) > 20
     assert final(run(q16, events)) == expected
@@ -90,7 +89,7 @@ def test_q13_joins_each_bid_with_the_side_input_row_of_its_auction_mod_10000():
 
 
 def test_q13_generated_events_match_the_oracle():
-    events = generate(600)
+    events = generated(600)
     records = run(q13, events, before=side_input_rows())
     assert per_key(records) == q13.oracle(events)
 
@@ -121,7 +120,7 @@ def test_q14_keeps_the_price_band_with_exact_decimals_time_types_and_c_counts():
 
 
 def test_q14_generated_events_match_the_oracle():
-    events = generate(600) + generate(600, seed=8, start_ms=START_MS + 10 * 3_600_000)
+    events = generated(600) + generated(600, seed=8, base_ms=START_MS + 10 * 3_600_000)
     expected = q14.oracle(events)
     assert {v["bidTimeType"] for vs in expected.values() for v in vs} == {"dayTime", "nightTime"}
     assert per_key(run(q14, events)) == expected

@@ -4,8 +4,7 @@ auctions), q21 (channel id) and q22 (url directories) against their oracles."""
 from __future__ import annotations
 
 from fluvial.bench.nexmark.queries import q17, q18, q19, q20, q21, q22
-from tests.bench.nexmark.drive import final, per_key, run
-from tests.bench.nexmark.events import START_MS, generate
+from tests.bench.nexmark.drive import START_MS, final, generated, per_key, run
 
 
 def bid(bidder: int, price: int, ms: int, auction: int = 1000, **fields) -> dict:
@@ -46,7 +45,7 @@ def test_q17_average_truncates_as_the_sql_bigint_average():
 
 
 def test_q17_generated_events_match_the_oracle():
-    events = generate(800)
+    events = generated(800)
     assert final(run(q17, events)) == q17.oracle(events)
 
 
@@ -64,7 +63,7 @@ def test_q18_keeps_the_latest_bid_of_each_bidder_on_each_auction():
 
 
 def test_q18_generated_events_match_the_oracle():
-    events = generate(800)
+    events = generated(800)
     assert final(run(q18, events)) == q18.oracle(events)
 
 
@@ -81,7 +80,7 @@ def test_q19_keeps_ten_highest_bids_ranked_equal_prices_in_arrival_order():
 
 
 def test_q19_generated_events_match_the_oracle():
-    events = generate(800)
+    events = generated(800)
     expected = q19.oracle(events)
     assert any(len(top) == 10 for top in expected.values())
     assert final(run(q19, events)) == expected
@@ -110,7 +109,7 @@ def test_q20_joins_bids_with_category_10_auctions_created_before_or_just_after_t
 
 
 def test_q20_generated_events_match_the_oracle():
-    events = generate(1500, pauses=False)
+    events = generated(1500)
     expected = q20.oracle(events)
     assert sum(map(len, expected.values())) > 40
     assert per_key(run(q20, events)) == expected
@@ -143,7 +142,7 @@ def test_q21_channel_id_from_the_known_channels_or_the_url_parameter():
 
 
 def test_q21_generated_events_match_the_oracle():
-    events = generate(600)
+    events = generated(600)
     expected = q21.oracle(events)
     rows = sum(map(len, expected.values()))
     assert 0 < rows < len([e for e in events if "bidder" in e])  # some are left out
@@ -169,5 +168,5 @@ def test_q22_splits_the_url_into_directories_null_past_its_end():
 
 
 def test_q22_generated_events_match_the_oracle():
-    events = generate(600)
+    events = generated(600)
     assert per_key(run(q22, events)) == q22.oracle(events)
