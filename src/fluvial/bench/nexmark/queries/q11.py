@@ -24,7 +24,10 @@ What differs from the SQL:
   value per key is the SQL's row; a deleted session's key ends on null.
 - Two bids exactly 10 s apart share a session (Kafka Streams' gap is inclusive); Flink's
   session windows would split them.
-- A bid more than 30 s of grace behind its bidder's stream time is dropped, and counted.
+- A bid more than 30 s of grace behind its bidder's stream time is dropped, and counted. On
+  a pre-loaded input Kafka Streams' stream time behind the re-key follows the fastest input
+  partition and drops slower ones' bids as late once the input spans more than 40 s of event
+  time; fluvial's does not (catch-up completeness).
 
 :func:`oracle` returns ``{key text: value}`` for the sessions that remain.
 """
@@ -39,8 +42,9 @@ from fluvial.bench.nexmark.queries._columns import bids, key_text
 
 GAP_MS = 10_000
 #: Bids of one bidder come through a repartition from every input partition, each at its own
-#: pace: 30 s of grace keeps a backlog's slower partitions from being late (Kafka Streams'
-#: stream time follows the fastest; fluvial's waits for the slowest, see docs/semantics.md).
+#: pace. fluvial's stream time there waits for the slowest (docs/semantics.md, catch-up
+#: completeness); Kafka Streams' follows the fastest, so on a backlog it drops the slower
+#: partitions' bids once they are more than gap + grace (40 s) behind.
 GRACE_MS = 30_000
 
 
