@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fluvial import StreamsBuilder, StreamsConfig, children
 from fluvial.bench.nexmark.queries import QUERIES
 from fluvial.jvm import java_executable
+from fluvial.verify.differential.cluster import consumed_offsets
 
 NEXMARK_MAIN = "dev.fluvial.reference.nexmark.NexmarkMain"
 
@@ -34,69 +35,6 @@ class Settings:
     guarantee: str = "exactly_once_v2"
     commit_interval_ms: int = 100
     cache_max_bytes: int = 0
-
-
-def _internal(topic: str, application_id: str) -> bool:
-    return topic.startswith(f"{application_id}-") and topic.endswith(("-repartition", "-topic"))
-
-
-def consumed_everything(
-    bootstrap: str, application_id: str, inputs: list[str]
-) -> dict[tuple[str, int], int] | None:
-    """The group's committed offsets if nothing committed lies at or past them in the inputs and
-    internal topics of ``application_id``; None while something does (or if unsure)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": application_id,
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})  # fmt: skip
-    uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{application_id}-watch",
-                            "isolation.level": "read_uncommitted", "enable.auto.commit": False})  # fmt: skip
-    try:
-        topics = consumer.list_topics(timeout=10).topics
-        # An open transaction hides what it wrote and what it consumed alike: offsets that
-        # stand still while one is open say nothing (a foreign-key join's round trip may be
-        # inside it). Its internal topics show whether one is open.
-        for name in topics:
-            if name.startswith(f"{application_id}-"):
-                for p in topics[name].partitions:
-                    tp = TopicPartition(name, p)
-                    _low, last_stable = consumer.get_watermark_offsets(tp, timeout=10)
-                    _low, high = uncommitted.get_watermark_offsets(tp, timeout=10)
-                    if high > last_stable:
-                        return None
-        partitions = [
-            TopicPartition(name, p)
-            for name, topic in topics.items()
-            if name in inputs or _internal(name, application_id)
-            for p in topic.partitions
-        ]
-        offsets = {}
-        for tp in consumer.committed(partitions, timeout=10):
-            low, last_stable = consumer.get_watermark_offsets(tp, timeout=10)
-            start = tp.offset if tp.offset >= 0 else low
-            offsets[(tp.topic, tp.partition)] = start
-            if start < last_stable and _has_record_from(consumer, tp.topic, tp.partition, start):
-                return None
-        return offsets
-    except KafkaException:  # a coordinator loading or moving: look again
-        return None
-    finally:
-        consumer.close()
-        uncommitted.close()
-
-
-def _has_record_from(consumer: Consumer, topic: str, partition: int, start: int) -> bool:
-    """Whether a committed record lies at or past ``start`` (past it there may be only
-    transaction markers, which a read_committed consumer skips)."""
-    consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for msg in consumer.consume(100, 0.2):
-            error = msg.error()
-            if error is None:
-                return True
-            if error.code() == KafkaError._PARTITION_EOF:
-                return False
-    return True  # could not read to the end: not done, look again
 
 
 def run_fluvial(
@@ -151,7 +89,7 @@ def _wait_consumed(
             app = apps[query]
             if app.errors:
                 return  # raise_if_failed says what
-            consumed = consumed_everything(bootstrap, app.config.application_id, inputs[query])
+            consumed = consumed_offsets(bootstrap, app.config.application_id, inputs[query], [])
             if consumed is not None and consumed == previous.get(query):
                 pending.discard(query)
             previous[query] = consumed
