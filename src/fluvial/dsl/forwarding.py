@@ -76,7 +76,7 @@ class WindowForwarder:
         self.size = window_size_ms
         self.enabled = enabled
         self.cached = is_cached(store)
-        if self.cached:
+        if self.cached and enabled:
             store.set_flush_listener(self._on_flush)
 
     def maybe_forward(self, key: Any, window: Window, new: Any, old: Any, ts: int) -> None:

@@ -215,8 +215,9 @@ class TimeWindowedKStream:
                 key_serde=k,
                 value_serde=v,
                 store_type=m.store_type,
-                # Emitting on close already yields one result per window: nothing to coalesce.
-                caching_enabled=m.caching_enabled and not on_close,
+                # Emitting on close, the cache still folds a window's updates before they reach
+                # the store and its changelog; its flushes forward nothing.
+                caching_enabled=m.caching_enabled,
                 logging_enabled=m.logging_enabled,
                 retention_ms=retention,
                 window_size_ms=windows.size_ms,

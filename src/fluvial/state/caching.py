@@ -326,6 +326,10 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         self._flush_listener = flush_listener
         self._setup(max_bytes, cache)
         self._starts_by_key: dict[bytes, list[int]] = {}
+        # The same entries by window start, for time-range scans (closing windows read one
+        # start at a time, so a scan must not walk the whole cache).
+        self._keys_by_start: dict[int, set[bytes]] = {}
+        self._starts: list[int] = []  # the keys of _keys_by_start, ascending
 
     def set_flush_listener(self, listener: WindowFlushListener | None) -> None:
         self._flush_listener = listener
@@ -412,9 +416,12 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         merged: dict[tuple[int, bytes], bytes | None] = {
             (start, key): value for key, start, value in self.inner.fetch_all(time_from, time_to)
         }
-        for (key, start), entry in self._entries.items():
-            if time_from <= start <= time_to:
-                merged[(start, key)] = entry.value
+        starts = self._starts
+        entries = self._entries
+        lo, hi = bisect.bisect_left(starts, time_from), bisect.bisect_right(starts, time_to)
+        for start in starts[lo:hi]:
+            for key in self._keys_by_start[start]:
+                merged[(start, key)] = entries[(key, start)].value
         for start, key in sorted(merged):
             value = merged[(start, key)]
             if value is not None:
@@ -428,15 +435,27 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         self, key: tuple[bytes, int], value: bytes | None, dirty: bool, timestamp_ms: int
     ) -> None:
         if key not in self._entries:
-            bisect.insort(self._starts_by_key.setdefault(key[0], []), key[1])
+            record_key, start = key
+            bisect.insort(self._starts_by_key.setdefault(record_key, []), start)
+            keys = self._keys_by_start.get(start)
+            if keys is None:
+                keys = self._keys_by_start[start] = set()
+                bisect.insort(self._starts, start)
+            keys.add(record_key)
         super()._cache_put(key, value, dirty, timestamp_ms)
 
     def _forget(self, key: tuple[bytes, int]) -> None:
         if key in self._entries:
-            starts = self._starts_by_key[key[0]]
-            del starts[bisect.bisect_left(starts, key[1])]
+            record_key, start = key
+            starts = self._starts_by_key[record_key]
+            del starts[bisect.bisect_left(starts, start)]
             if not starts:
-                del self._starts_by_key[key[0]]
+                del self._starts_by_key[record_key]
+            keys = self._keys_by_start[start]
+            keys.discard(record_key)
+            if not keys:
+                del self._keys_by_start[start]
+                del self._starts[bisect.bisect_left(self._starts, start)]
         super()._forget(key)
 
     def _size(self, key: tuple[bytes, int], value: bytes | None) -> int:
@@ -447,13 +466,16 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         entry.dirty = False
         self._dirty.pop(key, None)
         record_key, start = key
-        old = self.inner.fetch(record_key, start)
+        listener = self._flush_listener
+        # The previous value is read only for a listener (a store nobody forwards from, such
+        # as an emit-on-close aggregate's, skips that read).
+        old = self.inner.fetch(record_key, start) if listener is not None else None
         # A window that expired while cached is not stored any more, but its last revision
         # still goes downstream: dropping it would lose the window's final result.
         if start > self.expired_before():
             self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
-        if self._flush_listener is not None and (entry.value is not None or old is not None):
-            self._flush_listener(record_key, start, entry.value, old, entry.timestamp_ms)
+        if listener is not None and (entry.value is not None or old is not None):
+            listener(record_key, start, entry.value, old, entry.timestamp_ms)
 
 
 def discard_caches(store: StateStore) -> None:

@@ -31,7 +31,8 @@ from fluvial.kafka.admin import TopicSpec, create_topics
 #: discard sink, so no Kafka I/O): Flink's own set-up, not a measurement of this run.
 FLINK_PER_CORE = {
     "q0": 175_000, "q1": 170_000, "q2": 175_000, "q3": 150_000, "q4": 34_000, "q5": 22_000,
-    "q7": 12_000, "q8": 146_000, "q9": 14_000,
+    "q7": 12_000, "q8": 146_000, "q9": 14_000, "q11": 40_000, "q18": 54_000, "q19": 44_000,
+    "q20": 19_000,
 }  # fmt: skip
 PEERS = ("kafka-streams", "quix")
 #: The queries written for Quix Streams (its DSL has no stream-stream or table joins).
@@ -188,6 +189,7 @@ def run_nexmark_bench(
     rate: int = model.DEFAULT_RATE,
     master: str = "local[2]",
     timeout_s: float = 1800,
+    profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Every query x guarantee x cache setting x system on one generated input."""
     from fluvial.bench.cli import Results, console
@@ -236,6 +238,9 @@ def run_nexmark_bench(
                             input_topic=",".join(inputs), output_topic=f"{base}-out",
                             table_topic="", app_id=base, work_dir=work_dir, spark_master=master,
                             cache_max_bytes=cache, query=query, prefix=prefix,
+                            profile_to=(profile_dir / f"{base}.txt")
+                            if profile_dir and name.startswith("fluvial")
+                            else None,
                         )  # fmt: skip
                         result = base_result(system, spec, "throughput")
                         result["query"] = query

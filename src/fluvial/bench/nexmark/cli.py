@@ -198,6 +198,13 @@ def bench(
     master: Annotated[str, typer.Option(help="Spark master for --engine spark")] = "local[2]",
     bootstrap_servers: Bootstrap = None,
     json_out: JsonOut = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="Profile fluvial's runs with py-spy; collapsed stacks go to this folder "
+            "(read them with 'fluvial bench hotspots')"
+        ),
+    ] = None,
 ) -> None:
     """Each query on fluvial and its peers, one pre-loaded input, every guarantee and cache
     setting: events/s and CPU µs per event of the system's processes, pinned as Figure 2."""
@@ -226,5 +233,5 @@ def bench(
         chosen, [f"fluvial-{e}" for e in engines] + others, chosen_guarantees, caches,
         events=events, partitions=partitions, commit_ms=_positive(commit_interval_ms,
         "--commit-interval-ms"), bootstrap=bootstrap_servers, json_out=json_out, seed=seed,
-        rate=rate, master=master,
+        rate=rate, master=master, profile_dir=profile,
     )  # fmt: skip
