@@ -126,6 +126,18 @@ def test_a_partition_still_to_be_fetched_holds_the_task_until_its_end_is_known()
     assert [s[1] for s in collector.to("seen")] == [b"r1", b"l1", b"r2"]
 
 
+def test_a_partition_the_task_waits_for_never_counts_another_partitions_backlog():
+    # The worker pauses each partition whose own buffer is full. Counting the task's whole
+    # buffer would pause the empty partition the task is waiting for, and nothing would ever
+    # come: a deadlock seen on a pre-loaded join input (the bid side fetched first).
+    task, _ = merged_count_task()
+    task.wait_for_unfetched = True
+    task.add_records("left", 3, [raw(f"l{i}", 100 + i, i) for i in range(6000)])
+    assert drain(task) == 0, "right-3 may still hold older records"
+    assert task.backpressure_depth(("left", 3)) == 6000
+    assert task.backpressure_depth(("right", 3)) == 0, "the awaited partition stays fetched"
+
+
 def test_records_for_unowned_partitions_are_refused():
     task, _ = merged_count_task()
     with pytest.raises(StreamsError, match="does not own left-0"):

@@ -426,10 +426,16 @@ class StreamTask:
         """Whether some record may be processed now (merged partitions may hold records back)."""
         return self._choose_partition() is not None
 
-    def backpressure_depth(self) -> int:
-        """Records that count towards pausing the task's partitions. Records a merged partition
-        holds for a slower writer do not: pausing would keep that writer's records out."""
-        return sum(len(q) for tp, q in self._queues.items() if tp not in self._merged)
+    def backpressure_depth(self, tp: TopicPartition) -> int:
+        """Records of one input partition that count towards pausing it. Each partition is
+        paused for its own backlog only: pausing a task's empty partition for another one's
+        backlog would keep out the records the task waits for (an empty partition is waited
+        for until its end). Records a merged partition holds for a slower writer never count:
+        pausing would keep that writer's records out."""
+        if tp in self._merged:
+            return 0
+        queue = self._queues.get(tp)
+        return len(queue) if queue is not None else 0
 
     def buffered_in(self, tp: TopicPartition) -> int:
         """Records of one input partition fetched and not processed yet."""

@@ -579,7 +579,7 @@ class Worker:
         assert self._consumer is not None
         to_pause, to_resume = [], []
         for tp, task in self._task_by_tp.items():
-            depth = task.backpressure_depth()
+            depth = task.backpressure_depth(tp)
             if depth > MAX_BUFFERED_PER_PARTITION and tp not in self._paused:
                 to_pause.append(tp)
             elif depth < MAX_BUFFERED_PER_PARTITION // 2 and tp in self._paused:
