@@ -154,3 +154,50 @@ def test_windowed_results_land_on_their_keys_partition(
     assert placed(), "nothing was counted"
     for key, partition in placed():
         assert partition == default_partition(key.encode(), 3), (key, partition)
+
+
+def test_a_join_over_a_lopsided_backlog_finds_every_match(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """One side's backlog is far larger than a partition's fetch buffer, and the other side's
+    records are older. The task must wait for the small side's records and still fetch them
+    while the large side's partition is paused: a task whose whole buffer paused all of its
+    partitions waited for ever on the small side (a pre-loaded Nexmark join hung so)."""
+    bids, auctions, out = (topic_factory(n, 2) for n in ("bids", "auctions", "joined"))
+    base = event_time_base_ms()
+    n_auctions, bids_per_auction = 40, 600  # 24,000 bids, about 12,000 per partition
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random",
+                         "linger.ms": 20})  # fmt: skip
+    for a in range(n_auctions):
+        producer.produce(auctions, key=f"a{a}".encode(), value=b"x", timestamp=base + a)
+    for i in range(n_auctions * bids_per_auction):
+        producer.produce(bids, key=f"a{i % n_auctions}".encode(), value=b"1",
+                         timestamp=base + 1_000 + i)  # fmt: skip
+        if i % 1000 == 0:
+            producer.poll(0)
+    flush(producer)
+
+    b = StreamsBuilder()
+    s = serdes.string()
+    table = b.table(auctions, key_serde=s, value_serde=s)
+    (b.stream(bids, key_serde=s, value_serde=s)
+      .join(table, lambda bid, auction: auction)
+      .group_by_key()
+      .count()
+      .to_stream()
+      .to(out, key_serde=s, value_serde=serdes.long()))  # fmt: skip
+    config = StreamsConfig(application_id=unique_name("app"), bootstrap_servers=bootstrap_servers,
+                           processing_guarantee="exactly_once_v2", state_dir=str(tmp_path))  # fmt: skip
+
+    def counts() -> dict[str, int]:
+        latest: dict[str, int] = {}
+        for partition in range(2):
+            for m in read_topic(bootstrap_servers, out, partition=partition):
+                latest[m.key().decode()] = serdes.long().deserialize(out, m.value())
+        return latest
+
+    expected = {f"a{a}": bids_per_auction for a in range(n_auctions)}
+    with Application(b.build(), config) as app:
+        wait_until(lambda: counts() == expected or app.errors, 180, "every bid to be joined")
+    app.raise_if_failed()
+    assert counts() == expected
