@@ -93,15 +93,18 @@ class CloseAuctions(Processor[str, dict[str, Any]]):
         if self.next_expiry is None or self.next_expiry + GRACE_MS >= stream_time:
             return
         last = stream_time - GRACE_MS - 1
-        closed = list(self.store.range(None, f"{last:013d}/~"))
+        # From the earliest expiry held, not from the store's start: the closed auctions
+        # before it are deletes a scan from the start would step over every time.
+        closed = list(self.store.range(f"{self.next_expiry:013d}/", f"{last:013d}/~"))
         for key, pair in closed:
             self.store.delete(key)
             auction = pair["auction"]
             self.context.forward(Record(str(auction["id"]), pair, auction["expires"]))
-        self.next_expiry = self._first_expiry()
+        self.next_expiry = self._first_expiry(f"{last + 1:013d}/")
 
-    def _first_expiry(self) -> int | None:
-        for key, _pair in self.store.all():
+    def _first_expiry(self, start: str | None = None) -> int | None:
+        """The earliest expiry at or after ``start`` (every expiry before it is closed)."""
+        for key, _pair in self.store.range(start, None):
             return int(key.split("/", 1)[0])
         return None
 

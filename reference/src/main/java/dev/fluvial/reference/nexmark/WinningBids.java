@@ -100,7 +100,7 @@ public final class WinningBids {
     public void init(ProcessorContext<String, AuctionBid> context) {
       this.context = context;
       this.store = context.getStateStore(storeName);
-      this.nextExpiry = firstExpiry();
+      this.nextExpiry = firstExpiry(null);
       context.schedule(Duration.ofMillis(1), PunctuationType.STREAM_TIME, this::closeExpired);
     }
 
@@ -124,7 +124,10 @@ public final class WinningBids {
       }
       long last = streamTime - GRACE_MS - 1;
       java.util.List<KeyValue<String, AuctionBid>> closed = new java.util.ArrayList<>();
-      try (KeyValueIterator<String, AuctionBid> it = store.range(null, String.format("%013d/~", last))) {
+      // From the earliest expiry held, not from the store's start: the closed auctions before
+      // it are deletes a scan from the start would step over every time.
+      try (KeyValueIterator<String, AuctionBid> it =
+          store.range(String.format("%013d/", nextExpiry), String.format("%013d/~", last))) {
         it.forEachRemaining(closed::add);
       }
       for (KeyValue<String, AuctionBid> entry : closed) {
@@ -132,11 +135,12 @@ public final class WinningBids {
         Auction auction = entry.value.auction();
         context.forward(new Record<>(Long.toString(auction.id()), entry.value, auction.expires()));
       }
-      nextExpiry = firstExpiry();
+      nextExpiry = firstExpiry(String.format("%013d/", last + 1));
     }
 
-    private Long firstExpiry() {
-      try (KeyValueIterator<String, AuctionBid> it = store.all()) {
+    /** The earliest expiry at or after {@code start} (every expiry before it is closed). */
+    private Long firstExpiry(String start) {
+      try (KeyValueIterator<String, AuctionBid> it = store.range(start, null)) {
         return it.hasNext() ? Long.parseLong(it.next().key.split("/", 2)[0]) : null;
       }
     }
