@@ -23,6 +23,7 @@ from fluvial.dsl.options import Materialized
 from fluvial.dsl.windows import SessionWindows
 from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.stores import is_cached
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import SESSION, StoreSpec
@@ -61,6 +62,25 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self._observed = context.current_stream_time_ms()
+        # With a record cache, a session's rewrites fold until the cache flushes (at commit or
+        # eviction), and only then go downstream: a session merged away before its first flush
+        # never appears, as in Kafka Streams.
+        self._cached = is_cached(self.store)
+        if self._cached:
+            self.store.set_flush_listener(self._on_flush)
+
+    def _on_flush(
+        self, key: bytes, start: int, end: int, new: bytes | None, old: bytes | None, ts: int
+    ) -> None:
+        emit(
+            self.context,
+            Windowed(self.key_serde.deserialize(None, key), Window(start, end)),
+            Change(
+                None if new is None else self.value_serde.deserialize(None, new),
+                None if old is None else self.value_serde.deserialize(None, old),
+            ),
+            ts,
+        )
 
     def _merge(self, key: Any, aggregate: Any, session_value: Any) -> Any:
         if self.initializer is None and aggregate is None:
@@ -101,12 +121,14 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
             # Every merged session is replaced, even one whose bounds the result keeps.
             for session, value in zip(overlapping, values, strict=True):
                 self.store.remove(key_bytes, session.start_ms, session.end_ms)
-                replaced = Windowed(record.key, Window(session.start_ms, session.end_ms))
-                emit(self.context, replaced, Change(None, value), session.end_ms)
+                if not self._cached:
+                    replaced = Windowed(record.key, Window(session.start_ms, session.end_ms))
+                    emit(self.context, replaced, Change(None, value), session.end_ms)
         aggregate = self._add(record.key, record.value, aggregate)
         self.store.put(key_bytes, start, end, self.value_serde.serialize(None, aggregate), end)
-        merged = Windowed(record.key, Window(start, end))
-        emit(self.context, merged, Change(aggregate, None), end)
+        if not self._cached:
+            merged = Windowed(record.key, Window(start, end))
+            emit(self.context, merged, Change(aggregate, None), end)
 
 
 class SessionWindowedKStream:
@@ -176,7 +198,7 @@ class SessionWindowedKStream:
             ),
             [parent],
         )
-        itb.add_store(session_store_spec(itb, store, windows, m, k, v), name)
+        itb.add_store(session_store_spec(itb, store, windows, m, k, v, caching=True), name)
         windowed_key = None if key_serde is None else serdes.session_windowed(key_serde)
         return KTable(
             stream._builder, name, windowed_key, value_serde, store_name=store,
@@ -191,8 +213,12 @@ def session_store_spec(
     m: Materialized,
     key_serde: Serde[Any],
     value_serde: Serde[Any],
+    *,
+    caching: bool = False,
 ) -> StoreSpec:
-    """Sessions are kept while a late record could still merge into them: gap + grace."""
+    """Sessions are kept while a late record could still merge into them: gap + grace.
+    ``caching``: a record cache when ``m`` allows one (a session aggregation's own store; a
+    cogrouped one, written by several processors, has none)."""
     minimum = windows.inactivity_gap_ms + windows.grace_ms
     retention = m.retention_ms if m.retention_ms is not None else minimum
     if retention < minimum:
@@ -203,7 +229,8 @@ def session_store_spec(
         retention = minimum
     return StoreSpec(
         name=store, kind=SESSION, key_serde=key_serde, value_serde=value_serde,
-        store_type=m.store_type, caching_enabled=False, logging_enabled=m.logging_enabled,
+        store_type=m.store_type, caching_enabled=caching and m.caching_enabled,
+        logging_enabled=m.logging_enabled,
         # As Kafka Streams' store, a session expires when its end is *at* stream time - retention
         # (its stream time being the latest session end written).
         retention_ms=retention, internal_format=True,

@@ -14,6 +14,7 @@ from fluvial.errors import StreamsError
 from fluvial.serdes import Serde
 from fluvial.state.base import ChangeListener, KeyValueStore, StateStore, WindowStore
 from fluvial.state.caching import CachingKeyValueStore, CachingWindowStore, ThreadCache
+from fluvial.state.caching_session import CachingSessionStore
 from fluvial.state.memory import InMemoryKeyValueStore, InMemoryWindowStore
 from fluvial.state.rocksdb import RocksDBKeyValueStore, RocksDBWindowStore
 from fluvial.state.rocksdb_session import RocksDBSessionStore
@@ -163,12 +164,13 @@ def create_store_stack(
     raw: Any = layer if layer is not None else bottom
     caching = spec.caching_enabled and cache is not None and cache.max_bytes > 0
     cached: StateStore | None = None
-    # Session stores have no cache yet (every update is written and forwarded at once), and
-    # versioned stores never get one: an as-of read must see every version.
+    # Versioned stores never get a cache: an as-of read must see every version.
     if caching and spec.kind in (KEY_VALUE, TIMESTAMPED_KEY_VALUE):
         raw = cached = CachingKeyValueStore(raw, cache=cache)
     elif caching and spec.kind == WINDOW and not spec.retain_duplicates:
         raw = cached = CachingWindowStore(raw, cache=cache)
+    elif caching and spec.kind == SESSION:
+        raw = cached = CachingSessionStore(raw, cache=cache)
     store: StateStore = TimestampedKeyValueStore(raw) if spec.kind == TIMESTAMPED_KEY_VALUE else raw
     return StoreStack(spec, bottom, layer, cached, raw, store)
 
@@ -187,7 +189,7 @@ def create_store(
 def is_cached(store: StateStore) -> bool:
     """Whether writes to ``store`` are held in a record cache until the next flush."""
     inner = store.inner if isinstance(store, TimestampedKeyValueStore) else store
-    return isinstance(inner, CachingKeyValueStore | CachingWindowStore)
+    return isinstance(inner, CachingKeyValueStore | CachingWindowStore | CachingSessionStore)
 
 
 def typed_view(spec: StoreSpec, store: StateStore, topic: str | None) -> Any:
