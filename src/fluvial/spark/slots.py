@@ -60,6 +60,8 @@ HANDOFF_TIMEOUT_S = 120.0
 # How long a starting slot waits for a live standby to hand over a copy worth taking.
 STANDBY_HANDOFF_TIMEOUT_S = 10.0
 JANITOR_INTERVAL_S = 0.1
+# How long a lease's end waits for its query endpoint to start (a side service).
+SERVE_START_TIMEOUT_S = 30.0
 
 _COUNTERS = (
     "records_in",
@@ -237,7 +239,16 @@ def _run_lease(
     except Exception as error:
         return _fatal_or_raise(plan, source, config, slot, attempt, started, error)
     worker = entry.worker
-    query_endpoint = _serve_queries(plan, source, config, entry)
+    # The query endpoint starts beside the lease: a process's first one imports and starts
+    # an HTTP server, which the slot's first records need not wait for (queries meanwhile
+    # get 503 with Retry-After from the driver, as while a slot moves).
+    serving: list[str | None] = []
+    server = threading.Thread(
+        target=lambda: serving.append(_serve_queries(plan, source, config, entry)),
+        name="fluvial-slot-serve",
+        daemon=True,
+    )
+    server.start()
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
     live.update(worker=worker, before=before, running=True)
     start_seconds = time.monotonic() - started
@@ -259,6 +270,8 @@ def _run_lease(
         # The producer's own error (fenced, refused) when the failure only said "fatal".
         explained = failure if isinstance(failure, Exception) else error
         return _fatal_or_raise(plan, source, config, slot, attempt, started, explained)
+    server.join(SERVE_START_TIMEOUT_S)
+    query_endpoint = serving[0] if serving else None
     after = _snapshot(worker.metrics)
     metrics = {n: after[n] - before[n] for n in _COUNTERS}
     metrics.update({n: float(getattr(worker.metrics, n)) for n in _GAUGES})
