@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -23,7 +23,6 @@ from fluvial.errors import StreamsError
 from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
 from fluvial.runtime.engine import Application
 from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
-from fluvial.runtime.reader import ReaderProcess, worker_metrics_route
 from fluvial.runtime.server import (
     DEFAULT_HOST,
     TOKEN_ENV,
@@ -38,6 +37,9 @@ from fluvial.runtime.server import serve as start_server
 from fluvial.runtime.serving import LocalQueryService
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from fluvial.runtime.reader import ReaderProcess
 
 STATUS_INTERVAL_S = 0.5
 PLAIN_STATUS_INTERVAL_S = 5.0
@@ -112,6 +114,9 @@ class Endpoints:
         collectors: list[Any],
         app_file: Path,
     ) -> None:
+        # Imported here: its HTTP client takes a while to import, and only the reader needs it.
+        from fluvial.runtime.reader import ReaderProcess, worker_metrics_route
+
         config = app.config
         # Bound here: a bad address fails before anything starts, and queries wait in the
         # socket's backlog, never refused, while the reader starts.
