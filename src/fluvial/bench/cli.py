@@ -465,6 +465,67 @@ def report(
     console.print(f"wrote {path} and its plots", highlight=False)
 
 
+@bench_app.command("startup")
+def startup(
+    runs: Annotated[int, typer.Option(help="Launches; the summary gives the median and range")] = 5,
+    engine: Annotated[str, typer.Option(help="spark or local")] = "spark",
+    master: Master = "local[2]",
+    records: Annotated[int, typer.Option(help="Input records written before each launch")] = 200,
+    guarantee: Guarantee = "exactly_once_v2",
+    spark_conf: Annotated[
+        list[str] | None,
+        typer.Option("--spark-conf", metavar="KEY=VALUE", help="Passed on to fluvial run"),
+    ] = None,
+    json_out: JsonOut = None,
+    bootstrap_servers: Bootstrap = None,
+    baseline_src: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also launch the fluvial of this checkout's src folder, alternating with this "
+            "one on the same broker: a change against its baseline in one run"
+        ),
+    ] = None,
+) -> None:
+    """Seconds from `fluvial run` to its first committed output record, with where they go
+    (application loaded, Spark session, first lease, Python worker, slot start, first commit)."""
+    from fluvial.bench.startup import SPARK_PHASES, run_startup_bench
+
+    if engine not in ("spark", "local"):
+        raise typer.BadParameter(f"--engine {engine!r}: use spark or local")
+    if runs < 1:
+        raise typer.BadParameter("--runs must be at least 1")
+    if baseline_src is not None and not (baseline_src / "fluvial" / "__init__.py").exists():
+        raise typer.BadParameter(
+            f"--baseline-src {baseline_src} has no fluvial package: give a checkout's src folder"
+        )
+    extra = [arg for item in spark_conf or [] for arg in ("--spark-conf", item)]
+    data = run_startup_bench(
+        runs=runs, engine=engine, master=master, records=records, guarantee=guarantee,
+        bootstrap=bootstrap_servers, extra_args=extra,
+        say=lambda line: console.print(line, highlight=False),
+        baseline=baseline_src.resolve() if baseline_src else None,
+    )  # fmt: skip
+    for name, system in data["systems"].items():
+        summary = system["summary"]
+        first = summary["first_output_s"]
+        table = Table("phase (ends when)", "median s", "min s", "max s",
+                      title=f"{name}: {summary['runs']} run(s)")  # fmt: skip
+        for key, what in SPARK_PHASES:
+            if key in summary["phases"]:
+                span = summary["phases"][key]
+                table.add_row(what, f"{span['median']:.2f}", f"{span['min']:.2f}",
+                              f"{span['max']:.2f}")  # fmt: skip
+        table.add_row("[bold]first committed output, from launch[/]",
+                      f"[bold]{first['median']:.2f}[/]", f"{first['min']:.2f}",
+                      f"{first['max']:.2f}")  # fmt: skip
+        Console().print(table)
+    if json_out is not None:
+        data = {"environment": describe(), "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),
+                **data}  # fmt: skip
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(data, indent=1) + "\n")
+
+
 @bench_app.command("postgres-sink")
 def postgres_sink(
     records: Records = 200_000,

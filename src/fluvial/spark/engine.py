@@ -525,6 +525,7 @@ class SparkApplication:
                         "attempt": r.attempt,
                         "reused": r.reused,
                         "start_s": round(r.start_seconds, 3),
+                        "began": round(r.began, 3),
                         "restored": int(r.metrics.get("restored", 0)),
                         "processed": int(r.metrics.get("records_processed", 0)),
                     }

@@ -163,6 +163,8 @@ class LeaseResult:
     standby_lags: dict[str, dict[str, int]] = field(default_factory=dict)
     # An error no retry can mend (a missing ACL, a newer driver): the driver stops with it.
     fatal: Exception | None = None
+    # When the task began (seconds since the epoch, the executor's clock).
+    began: float = 0.0
 
 
 @dataclass
@@ -202,6 +204,7 @@ def lease_partition(
 
 def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> LeaseResult:
     """Run slot ``slot`` for one lease in this process and report what it did."""
+    began = time.time()
     _start_janitor()
     config = _executor_config(plan, source)
     started = time.monotonic()
@@ -217,7 +220,9 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
                                     lease=plan.lease, snapshot=partial(_progress, live),
                                     stop=stop)  # fmt: skip
     try:
-        return _run_lease(plan, source, config, slot, attempt, started, live, stop)
+        result = _run_lease(plan, source, config, slot, attempt, started, live, stop)
+        result.began = began
+        return result
     finally:
         if reporter is not None:
             reporter.close()
