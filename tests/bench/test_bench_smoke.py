@@ -49,6 +49,31 @@ def test_passthrough_latency_mode_measures_results(bootstrap_servers: str, tmp_p
     assert 0 < run["latency_p50_ms"] <= run["latency_p99_ms"] <= run["latency_max_ms"]
 
 
+def test_startup_bench_times_the_first_committed_output_on_spark(bootstrap_servers: str) -> None:
+    from fluvial.bench.startup import run_startup_bench
+
+    lines: list[str] = []
+    data = run_startup_bench(
+        runs=1, engine="spark", master="local[2]", records=50, guarantee="exactly_once_v2",
+        bootstrap=bootstrap_servers, extra_args=[], say=lines.append,
+    )  # fmt: skip
+
+    [run] = data["systems"]["fluvial"]["results"]
+    phases = run["phases"]
+    # Every phase was seen, in the order they happen, and the first output ended them. (The
+    # lease begins as the tasks line is printed: either may come first.)
+    assert set(phases) == {"loaded", "session", "lease", "task", "slot", "output"}
+    order = [phases[k] for k in ("loaded", "session", "task", "slot", "output")]
+    assert order == sorted(order)
+    assert phases["loaded"] < phases["lease"] < phases["task"]
+    assert phases["output"] == run["first_output_s"] > phases["loaded"] > 0
+    assert 0 < run["stop_s"] < 60
+    assert any(line.startswith("first committed output") for line in lines)
+    assert (
+        data["systems"]["fluvial"]["summary"]["first_output_s"]["median"] == run["first_output_s"]
+    )
+
+
 def test_report_writes_markdown_for_a_results_file(tmp_path: Path) -> None:
     results = tmp_path / "r.json"
     env = {
