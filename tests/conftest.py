@@ -67,6 +67,88 @@ def _stop_every_registered_process() -> Iterator[None]:
     _left_running.extend(f"session: {what}" for what in processes.stop_all(everything=True))
 
 
+# Under pytest-xdist (two workers, see pyproject.toml) tests go out one at a time, except these
+# modules, whose tests share a module-scoped cluster of their own: one worker runs each of them
+# whole, so the cluster is built once. A module-scoped fixture elsewhere is an error (below).
+WHOLE_MODULES = frozenset(
+    {
+        "tests/faults/test_fault_matrix.py",
+        "tests/kafka/test_three_brokers.py",
+        "tests/bench/nexmark/test_kafka_streams_twins.py",
+    }
+)
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's
+    """``--dist loadgroup`` with WHOLE_MODULES as its groups.
+
+    pytest-xdist's own ``xdist_group`` marks do not group under pytest 9.2 (pytest-xdist issue
+    1386: the worker renames node ids, which pytest no longer lets it do), so the groups are
+    named here, by module, and the scheduler is xdist's scope scheduler with one test as the
+    scope of every other test. Units go out in the workers' collection order (the suite runs
+    with ``--no-loadscope-reorder``), which pytest_collection_modifyitems below sets.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeModulesElseOneTest(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module_of(nodeid)
+            return module if module in WHOLE_MODULES else nodeid
+
+    return WholeModulesElseOneTest(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, hand out the longest work first, so the workers end together:
+    WHOLE_MODULES first, then the tests marked slow, then the rest, which fill in behind them
+    (each worker takes the next unit when it is done with one). Without workers the order
+    stays as collected."""
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(
+        key=lambda item: (
+            _module_of(item.nodeid) not in WHOLE_MODULES,
+            item.get_closest_marker("slow") is None,
+        )
+    )
+
+
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+    """A module-, class- or package-scoped fixture of the tests is built once per worker that
+    runs its tests: only in WHOLE_MODULES is that one worker."""
+    if fixturedef.scope in ("module", "class", "package") and fixturedef.baseid.startswith("tests"):
+        module = _module_of(request.node.nodeid)
+        if module not in WHOLE_MODULES:
+            raise pytest.UsageError(
+                f"{module} has the {fixturedef.scope}-scoped fixture {fixturedef.argname!r}: "
+                "add the module to WHOLE_MODULES in tests/conftest.py, so that one pytest-xdist "
+                "worker runs it whole and the fixture is built once"
+            )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands what it stopped to the controller, which prints the summary.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fluvial_left_running"] = list(_left_running)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 - xdist's worker controller
+    worker = getattr(node, "gateway", None)
+    name = worker.id if worker is not None else "worker"
+    left = getattr(node, "workeroutput", {}).get("fluvial_left_running", [])
+    _left_running.extend(f"[{name}] {line}" for line in left)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's reporter
     if _left_running:
         terminalreporter.section("processes still running when their test ended (stopped)")
