@@ -11,6 +11,7 @@ still running then.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import signal
@@ -36,16 +37,45 @@ def pytest_configure(config: pytest.Config) -> None:
     # A SIGTERM to pytest (a CI job cancelled, a runner's own timeout) unwinds like Ctrl-C, so
     # fixtures tear down and stop what the tests started; by default it would end pytest at
     # once and leave them running. A second SIGTERM meanwhile is ignored: teardown is bounded.
+    # Under pytest-xdist the tests and their fixtures live in the workers: the controller
+    # passes the SIGTERM on to them (its only children) and ends once they have unwound.
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         terminated = []
+        controller = _distributes(config)
 
         def on_sigterm(signum: int, frame: object) -> None:
             if not terminated:
                 terminated.append(signum)
+                if controller:
+                    for worker in _children():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(worker, signal.SIGTERM)
+                    return
                 raise KeyboardInterrupt("SIGTERM")
 
         signal.signal(signal.SIGTERM, on_sigterm)
     atexit.register(processes.stop_all, everything=True)  # if pytest ends without teardown
+
+
+def _distributes(config: pytest.Config) -> bool:
+    """Whether this is a pytest-xdist controller, whose workers run the tests."""
+    if hasattr(config, "workerinput"):
+        return False
+    return bool(config.getoption("numprocesses", None)) and config.getoption("dist", "no") != "no"
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2 :].split()[1] == me:
+                found.append(int(entry.name))
+    return found
 
 
 @pytest.fixture(autouse=True)

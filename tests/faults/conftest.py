@@ -14,7 +14,5 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
     port = free_port()
     while not all(port_is_free(p) for p in (port + 1, port + 2)):
         port = free_port()
-    cluster = LocalKafka(tmp_path_factory.mktemp("kafka3"), port=port, brokers=3, heap="512m")
-    cluster.start()
-    yield cluster
-    cluster.stop()
+    with LocalKafka(tmp_path_factory.mktemp("kafka3"), port=port, brokers=3, heap="512m") as c:
+        yield c

@@ -364,7 +364,14 @@ class LocalKafka:
         return text
 
     def __enter__(self) -> LocalKafka:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # A start that fails or is interrupted (Ctrl-C, SIGTERM) part-way may have launched
+            # brokers already: nothing would stop them, as __exit__ never runs.
+            if self.stop_on_exit:
+                self.stop()
+            raise
         return self
 
     def __exit__(
