@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from tests import processes
 
+from fluvial.errors import KafkaSetupError
 from fluvial.kafka import LocalKafka, free_port
 from fluvial.kafka.admin import TopicSpec, create_topics
 
@@ -127,3 +128,18 @@ def test_broker_that_cannot_start_shows_its_log(tmp_path: Path) -> None:
         cluster.start()
     assert "exited during start-up" in str(failure.value)
     assert "Invalid maximum heap size" in str(failure.value)
+
+
+def test_a_start_that_fails_in_a_with_block_stops_the_brokers_it_launched(tmp_path: Path) -> None:
+    """A failure (or a Ctrl-C, a SIGTERM) while the cluster comes up, after its brokers were
+    launched: a ``with`` block whose start raised never runs ``__exit__``, so ``__enter__``
+    itself must stop them. Here the cluster is given half a second to come up."""
+    data_dir = tmp_path / "impatient"
+    cluster = LocalKafka(data_dir, port=free_port(), heap="512m", startup_timeout_s=0.5)
+    with pytest.raises(KafkaSetupError, match="did not come up within"), cluster:
+        pass
+    assert (data_dir / "broker-1" / "server.properties").exists(), "the broker was launched"
+    left = java_processes_using(data_dir)
+    for line in left:  # stopped by the test's teardown, and named in the summary
+        processes.adopt(int(line.split()[0]), f"the broker in {data_dir}")
+    assert left == []
