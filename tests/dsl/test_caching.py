@@ -28,22 +28,23 @@ def counts(caching: bool, windowed: bool):
     return builder.build()
 
 
-def run(caching: bool, windowed: bool, store_type: str, commit_every: int):
-    config = StreamsConfig(application_id="caching", cache_max_bytes=1 << 20)
-    with TopologyTestDriver(
-        counts(caching, windowed), config, store_type=store_type, auto_commit=False
-    ) as driver:
+def drive(topology, store: str, store_type: str, commit_every: int, records=RECORDS):  # noqa: ANN001, ANN201
+    """Pipe ``records`` (string keys and values) to "in", committing every ``commit_every``;
+    return what "out" got (string keys, long values) and the changelog of ``store``."""
+    config = StreamsConfig(application_id=store, cache_max_bytes=1 << 20)
+    with TopologyTestDriver(topology, config, store_type=store_type, auto_commit=False) as driver:
         inp = driver.create_input_topic("in", serdes.string(), serdes.string())
         out = driver.create_output_topic("out", serdes.string(), serdes.long())
-        revisions = []
-        for i, (key, value, ts) in enumerate(RECORDS, start=1):
+        for i, (key, value, ts) in enumerate(records, start=1):
             inp.pipe_input(key, value, timestamp_ms=ts)
             if i % commit_every == 0:
                 driver.commit()
         driver.commit()
-        revisions = out.read_key_values()
-        changelog = driver.changelog("counts")
-    return revisions, changelog
+        return out.read_key_values(), driver.changelog(store)
+
+
+def run(caching: bool, windowed: bool, store_type: str, commit_every: int):
+    return drive(counts(caching, windowed), "counts", store_type, commit_every)
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["keyed", "windowed"])
@@ -95,18 +96,7 @@ def close_counts(caching: bool, store_type: str):
         .map(lambda k, v: (f"{k.key}@{k.window.start_ms}", v))
         .to("out", key_serde=serdes.string(), value_serde=serdes.long())
     )
-    config = StreamsConfig(application_id="closing", cache_max_bytes=1 << 20)
-    with TopologyTestDriver(
-        builder.build(), config, store_type=store_type, auto_commit=False
-    ) as driver:
-        inp = driver.create_input_topic("in", serdes.string(), serdes.string())
-        out = driver.create_output_topic("out", serdes.string(), serdes.long())
-        for i, (key, value, ts) in enumerate(RECORDS + [("z", "v", 30)], start=1):
-            inp.pipe_input(key, value, timestamp_ms=ts)
-            if i % 3 == 0:
-                driver.commit()
-        driver.commit()
-        return out.read_key_values(), driver.changelog("closing")
+    return drive(builder.build(), "closing", store_type, 3, RECORDS + [("z", "v", 30)])
 
 
 def test_emit_on_close_with_a_cache_emits_the_same_results_and_folds_the_changelog(store_type):
@@ -135,18 +125,7 @@ def session_counts(caching: bool, store_type: str):
         .map(lambda k, v: (f"{k.key}@{k.window.start_ms}-{k.window.end_ms}", v))
         .to("out", key_serde=serdes.string(), value_serde=serdes.long())
     )
-    config = StreamsConfig(application_id="sessions", cache_max_bytes=1 << 20)
-    with TopologyTestDriver(
-        builder.build(), config, store_type=store_type, auto_commit=False
-    ) as driver:
-        inp = driver.create_input_topic("in", serdes.string(), serdes.string())
-        out = driver.create_output_topic("out", serdes.string(), serdes.long())
-        for i, (key, value, ts) in enumerate(RECORDS, start=1):
-            inp.pipe_input(key, value, timestamp_ms=ts)
-            if i % 4 == 0:
-                driver.commit()
-        driver.commit()
-        return out.read_key_values(), driver.changelog("sessions")
+    return drive(builder.build(), "sessions", store_type, 4)
 
 
 def test_session_caching_folds_merges_but_not_final_sessions(store_type):
