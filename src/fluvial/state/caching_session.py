@@ -36,7 +36,11 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
         SessionStore.__init__(self, inner.name, inner.persistent, inner.retention_ms)
         self.inner = inner
         self._flush_listener = flush_listener
-        self._sessions_by_key: dict[bytes, set[tuple[int, int]]] = {}
+        # Each key's cached *live* sessions (not tombstones) as (end, start), ascending: a lookup
+        # bisects to the sessions that end late enough. A growing session leaves a tombstone per
+        # record until the next flush; lookups must not walk those (they only hide stored
+        # sessions, which the lookup checks one by one).
+        self._sessions_by_key: dict[bytes, list[tuple[int, int]]] = {}
         self._keys: list[bytes] = []
         self._setup(max_bytes, cache)
 
@@ -137,11 +141,14 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
             lo = 0 if key_from is None else bisect.bisect_left(self._keys, key_from)
             hi = len(self._keys) if key_to is None else bisect.bisect_right(self._keys, key_to)
             keys = self._keys[lo:hi]
-        merged: dict[tuple[int, bytes, int], bytes | None] = {
-            (e.end_ms, e.key, e.start_ms): e.value for e in stored
-        }
+        entries = self._entries
+        merged: dict[tuple[int, bytes, int], bytes | None] = {}
+        for e in stored:
+            cached = entries.get((e.key, e.end_ms, e.start_ms))
+            merged[(e.end_ms, e.key, e.start_ms)] = e.value if cached is None else cached.value
         for key in keys:
-            for end, start in self._sessions_by_key[key]:
+            sessions = self._sessions_by_key[key]
+            for end, start in sessions[bisect.bisect_left(sessions, (earliest_end, -(2**63))) :]:
                 if end >= earliest_end and start <= latest_start:
                     merged[(end, key, start)] = self._entries[(key, end, start)].value
         # Materialised: a merge removes and puts sessions while it walks the result.
@@ -162,23 +169,35 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
     # -- cache hooks -------------------------------------------------------------------------
 
     def _cache_put(self, key: _Slot, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
-        record_key, end, start = key
-        if key not in self._entries:
-            if record_key not in self._sessions_by_key:
-                self._sessions_by_key[record_key] = set()
-                bisect.insort(self._keys, record_key)
-            self._sessions_by_key[record_key].add((end, start))
+        entry = self._entries.get(key)
+        was_live = entry is not None and entry.value is not None
+        if value is not None and not was_live:
+            self._index(key)
+        elif value is None and was_live:
+            self._unindex(key)
         super()._cache_put(key, value, dirty, timestamp_ms)
 
     def _forget(self, key: _Slot) -> None:
-        if key in self._entries:
-            record_key, end, start = key
-            sessions = self._sessions_by_key[record_key]
-            sessions.discard((end, start))
-            if not sessions:
-                del self._sessions_by_key[record_key]
-                del self._keys[bisect.bisect_left(self._keys, record_key)]
+        entry = self._entries.get(key)
+        if entry is not None and entry.value is not None:
+            self._unindex(key)
         super()._forget(key)
+
+    def _index(self, key: _Slot) -> None:
+        record_key, end, start = key
+        sessions = self._sessions_by_key.get(record_key)
+        if sessions is None:
+            sessions = self._sessions_by_key[record_key] = []
+            bisect.insort(self._keys, record_key)
+        bisect.insort(sessions, (end, start))
+
+    def _unindex(self, key: _Slot) -> None:
+        record_key, end, start = key
+        sessions = self._sessions_by_key[record_key]
+        del sessions[bisect.bisect_left(sessions, (end, start))]
+        if not sessions:
+            del self._sessions_by_key[record_key]
+            del self._keys[bisect.bisect_left(self._keys, record_key)]
 
     def _size(self, key: _Slot, value: bytes | None) -> int:
         return len(key[0]) + 16 + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
