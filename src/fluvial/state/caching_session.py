@@ -148,9 +148,10 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
             merged[(e.end_ms, e.key, e.start_ms)] = e.value if cached is None else cached.value
         for key in keys:
             sessions = self._sessions_by_key[key]
+            # From the first session ending at or after earliest_end (the bisect's bound).
             for end, start in sessions[bisect.bisect_left(sessions, (earliest_end, -(2**63))) :]:
-                if end >= earliest_end and start <= latest_start:
-                    merged[(end, key, start)] = self._entries[(key, end, start)].value
+                if start <= latest_start:
+                    merged[(end, key, start)] = entries[(key, end, start)].value
         # Materialised: a merge removes and puts sessions while it walks the result.
         return iter(
             [
