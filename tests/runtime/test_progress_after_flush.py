@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from fluvial import KeyValue, StreamsBuilder, StreamsConfig, serdes
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.runtime import Application
+from fluvial.runtime.metrics import summarize
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import flush, read_topic, wait_until
 
@@ -37,8 +38,13 @@ def test_cached_table_regrouped_behind_several_writers_reaches_the_end(
     rows = []
     for partition in range(PARTITIONS):
         # Each partition ends at its own event time: the writers' stream times differ.
-        for i in range(200 * (partition + 1)):
-            user, group = f"u{partition}-{i % 37}", f"g{i % 5}"
+        records = 200 * (partition + 1)
+        for i in range(records):
+            # Each user's last record names a group no earlier record does. Groups that move
+            # users around repeat their counts on the way, so only these make the final counts
+            # unreachable before every record has been counted.
+            last = i + 37 >= records
+            user, group = f"u{partition}-{i % 37}", f"{'last' if last else 'g'}{i % 5}"
             rows.append((user, group))
             producer.produce(source, key=user.encode(), value=json.dumps(group).encode(),
                              partition=partition, timestamp=base + i * 50)  # fmt: skip
@@ -76,7 +82,13 @@ def test_cached_table_regrouped_behind_several_writers_reaches_the_end(
                 last[m.key().decode()] = serdes.long().deserialize(out, m.value())
         return Counter({k: v for k, v in last.items() if v})
 
+    def input_lag() -> int:
+        return int(summarize(app.metrics())["lag"])
+
     with Application(builder.build(), config) as app:
-        wait_until(lambda: counts() == expected or app.errors, 90, "every group's final count")
+        # Every user's last record counted and every earlier group emptied, and nothing left
+        # to read, so closing cannot commit a half-moved user.
+        wait_until(lambda: (counts() == expected and input_lag() == 0) or app.errors, 90,
+                   "every group's final count")  # fmt: skip
     app.raise_if_failed()
     assert counts() == expected
