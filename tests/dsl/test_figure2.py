@@ -129,3 +129,38 @@ def test_late_record_leaves_store_and_output_untouched():
         assert driver.metrics()["dropped-records"] == before + 1
         store = driver.get_window_store("KSTREAM-AGGREGATE-STATE-STORE-0000000003")
         assert store.fetch("news", 20000 - 20000 % SIZE) == 1
+
+
+def test_the_count_behind_the_repartition_never_decodes_the_views_again(store_type):
+    """The windowed count never looks at values, so the task reading the repartition topic
+    hands it the bytes: each view is decoded once, where it enters, with the same output."""
+    decoded = []
+    json = serdes.json()
+
+    def deserialize(data: bytes) -> object:
+        decoded.append(data)
+        return json.deserialize(None, data)
+
+    counting = serdes.Serde(lambda obj: json.serialize(None, obj), deserialize, "counting-json")
+    builder = StreamsBuilder()
+    (
+        builder.stream("pageview-events", key_serde=serdes.string(), value_serde=counting)
+        .filter(lambda key, view: view["period"] >= 30000)
+        .map(lambda key, view: KeyValue(view["category"], view))
+        .group_by_key(key_serde=serdes.string(), value_serde=counting)
+        .windowed_by(TimeWindows.of_size_and_grace(size_ms=SIZE, grace_ms=GRACE))
+        .count()
+        .to_stream()
+        .to("pageview-windowed-counts")
+    )
+    with TopologyTestDriver(builder.build(), store_type=store_type) as driver:
+        inp = driver.create_input_topic("pageview-events", serdes.string(), serdes.json())
+        out = driver.create_output_topic(
+            "pageview-windowed-counts", serdes.time_windowed(serdes.string(), SIZE), serdes.long()
+        )
+        inp.pipe_records(record for record, _ in TRANSCRIPT)
+        got = [(r.key.key, r.key.window.start_ms, r.value, r.timestamp_ms)
+               for r in out.read_records()]  # fmt: skip
+    assert got == [rev for _, rev in TRANSCRIPT if rev is not None]
+    # Once per view where it enters; none of the long views again behind the repartition topic.
+    assert len(decoded) == len(TRANSCRIPT)

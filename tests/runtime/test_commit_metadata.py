@@ -22,7 +22,7 @@ from fluvial.runtime import Application
 from fluvial.runtime.horizon import Needed
 from fluvial.runtime.worker import CommitMetadata
 from tests.event_times import event_time_base_ms
-from tests.runtime.harness import wait_until
+from tests.runtime.harness import read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka]
 
@@ -79,6 +79,68 @@ def test_committed_changelog_ends_include_the_intervals_last_writes(
     probe.close()
     assert changelog_end > 0
     assert metadata.changelog_ends == {(changelog, 0): changelog_end}
+
+
+def test_exactly_once_commits_each_changelog_partitions_end_and_every_state_change(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """In a transaction only each changelog partition's last record gets a delivery report; the
+    ends committed must still be exact, and every record before the last must still be sent."""
+    partitions, records = 2, 400
+    source, out = topic_factory("clicks", partitions), topic_factory("counts", partitions)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
+    base = event_time_base_ms()
+    for i in range(records):
+        producer.produce(source, key=f"page-{i % 7}".encode(), value=b"x", timestamp=base + i)
+        if i == records // 2:
+            assert producer.flush(30) == 0  # a backlog, then the rest while it runs
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
+        .group_by_key()
+        .count(materialized=Materialized.as_("counts"))
+        .to_stream()
+        .to(out, value_serde=serdes.long())
+    )
+    app_id = unique_name("app")
+    # No record cache: every update is a changelog record, many per partition per commit.
+    config = StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
+                           processing_guarantee="exactly_once_v2", commit_interval_ms=100,
+                           cache_max_bytes=0, state_dir=str(tmp_path))  # fmt: skip
+    changelog = f"{app_id}-counts-changelog"
+
+    def offsets() -> int:
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
+        try:
+            tps = consumer.committed([TopicPartition(source, p) for p in range(partitions)], 10)
+        except KafkaException:
+            return -1
+        finally:
+            consumer.close()
+        return sum(max(tp.offset, 0) for tp in tps)
+
+    with Application(builder.build(), config) as app:
+        assert producer.flush(30) == 0
+        wait_until(lambda: offsets() == records, 90, "every input offset to be committed")
+    app.raise_if_failed()
+
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
+    try:
+        committed_tps = consumer.committed(
+            [TopicPartition(source, p) for p in range(partitions)], timeout=10
+        )
+    finally:
+        consumer.close()
+    ends: dict[tuple[str, int], int] = {}
+    for tp in committed_tps:
+        ends.update(CommitMetadata.decode(tp.metadata).changelog_ends)
+    state_changes = 0
+    for p in range(partitions):
+        data = read_topic(bootstrap_servers, changelog, partition=p)
+        state_changes += len(data)
+        # A committed end is the offset after the partition's last state change.
+        assert ends[(changelog, p)] == data[-1].offset() + 1
+    assert state_changes == records  # one changelog record per input record, none held back
 
 
 def test_a_task_with_many_window_stores_commits_and_restores_them_all(

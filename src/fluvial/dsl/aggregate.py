@@ -29,6 +29,11 @@ Initializer = Callable[[], Any]
 Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate) -> aggregate
 
 
+def count_aggregator(key: Any, value: Any, count: int) -> int:
+    """``count()``'s aggregator: the value is never looked at."""
+    return count + 1
+
+
 class StreamAggregateProcessor(Processor[Any, Any]):
     """``KGroupedStream`` count/reduce/aggregate. ``initializer`` None means reduce."""
 
@@ -97,6 +102,12 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         self.aggregator = aggregator
         self.emit_on_close = emit_on_close
         self._emitted_up_to = -(2**63)  # windows starting at or before this were emitted
+        # This process() takes every record with a key, null value or not, and a count never
+        # reads the value: a task may hand it the value's bytes undecoded (StreamTask.initialize).
+        self.reads_values = (
+            aggregator is not count_aggregator
+            or type(self).process is not WindowedAggregateProcessor.process
+        )
 
     def init(self, context: Any) -> None:
         super().init(context)

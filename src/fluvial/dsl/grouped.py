@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any, overload
 
 from fluvial import serdes
 from fluvial.dsl import graph
-from fluvial.dsl.aggregate import StreamAggregateProcessor, WindowedAggregateProcessor
+from fluvial.dsl.aggregate import (
+    StreamAggregateProcessor,
+    WindowedAggregateProcessor,
+    count_aggregator,
+)
 from fluvial.dsl.getters import store_getter
 from fluvial.dsl.kstream import NamedArg, named_value
 from fluvial.dsl.options import Materialized
@@ -33,10 +37,6 @@ AGGREGATE = "KSTREAM-AGGREGATE-"
 REDUCE = "KSTREAM-REDUCE-"
 
 
-def _count(key: Any, value: Any, count: int) -> int:
-    return count + 1
-
-
 class KGroupedStream:
     """A stream grouped by key, ready for ``count``, ``reduce``, ``aggregate`` or ``windowed_by``."""
 
@@ -48,7 +48,7 @@ class KGroupedStream:
         """Records per key, as 8-byte longs on the wire."""
         m = materialized or Materialized()
         return self._aggregate(
-            AGGREGATE, lambda: 0, _count, named, m, m.value_serde or serdes.long()
+            AGGREGATE, lambda: 0, count_aggregator, named, m, m.value_serde or serdes.long()
         )
 
     def reduce(
@@ -152,7 +152,7 @@ class TimeWindowedKStream:
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
         m = materialized or Materialized()
         return self._aggregate(
-            AGGREGATE, lambda: 0, _count, named, m, m.value_serde or serdes.long()
+            AGGREGATE, lambda: 0, count_aggregator, named, m, m.value_serde or serdes.long()
         )
 
     def reduce(

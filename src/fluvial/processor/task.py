@@ -292,11 +292,27 @@ class StreamTask:
             live.processor.init(NodeContext(self, live))
         # Per source topic: its serdes and the step its records enter the graph with.
         self._entries = {
-            topic: (source.key_serde, source.value_serde, steps[source.name],
+            topic: (source.key_serde, self._value_serde(topic, source), steps[source.name],
                     topic in self._extractors)
             for topic, source in self._sources.items()
         }  # fmt: skip
         self._initialized = True
+
+    def _value_serde(self, topic: str, source: SourceNode) -> Any:
+        """The serde the task decodes ``topic``'s values with; None leaves them as bytes.
+
+        A repartition topic read only by processors that never look at values (a windowed
+        count) skips decoding them. fluvial wrote those bytes with the same serde, so no
+        record can fail to decode, and no handler is passed over."""
+        children = self._nodes[source.name].children
+        if (
+            topic in self.subtopology.repartition_source_topics
+            and topic not in self._extractors
+            and children
+            and all(getattr(c.processor, "reads_values", True) is False for c in children)
+        ):
+            return None
+        return source.value_serde
 
     @property
     def queryable(self) -> bool:

@@ -22,6 +22,12 @@ class KafkaRecordCollector:
 
     It remembers the highest acknowledged offset per changelog partition (a store's checkpoint
     after commit) and the first delivery error, which fails the next commit.
+
+    In a transaction only the last changelog record of each partition needs a delivery report:
+    its offset is the partition's end, and a failed delivery of any other record fails the
+    commit anyway. So each changelog record is held until the next one for its partition comes
+    (then the held one goes without a report) or until :meth:`release` before the commit's
+    flush. Records of one partition still go in the order they were sent.
     """
 
     def __init__(
@@ -52,6 +58,9 @@ class KafkaRecordCollector:
         self._output_report = (
             None if transactional and production_handler == "fail" else self._delivered
         )
+        # Per changelog partition, the record sent last and not produced yet (transactions).
+        self._hold = transactional
+        self._held: dict[tuple[str, int], tuple[bytes | None, bytes | None, int, Headers]] = {}
         self.skipped_errors = 0
         self._error: KafkaError | None = None
         self._partition_counts: dict[str, int] = {}
@@ -80,16 +89,47 @@ class KafkaRecordCollector:
     ) -> None:
         if timestamp_ms < 0:
             timestamp_ms = 0
+        self.sent += 1
         report = self._output_report
         if partition is None:
             partition = -1  # the producer's partitioner decides (murmur2 of the key bytes)
         elif topic in self.changelog_topics:
             report = self._changelog_report
             self.changelog_sent += 1
-            if topic in self.time_retained_topics:
-                tp = (topic, partition)
-                if timestamp_ms > self.newest_timestamp.get(tp, timestamp_ms - 1):
-                    self.newest_timestamp[tp] = timestamp_ms
+            tp = (topic, partition)
+            if topic in self.time_retained_topics and timestamp_ms > self.newest_timestamp.get(
+                tp, timestamp_ms - 1
+            ):
+                self.newest_timestamp[tp] = timestamp_ms
+            if self._hold:
+                held = self._held.get(tp)
+                self._held[tp] = (key, value, timestamp_ms, headers)
+                if held is None:
+                    return
+                # The record before it goes now: not the partition's last, so no report.
+                key, value, timestamp_ms, headers = held
+                report = None
+        self._produce(topic, key, value, partition, timestamp_ms, headers, report)
+
+    def release(self) -> None:
+        """Send the held changelog records, each its partition's last, with a report.
+
+        Call it before the producer's flush that precedes a commit."""
+        held, self._held = self._held, {}
+        for (topic, partition), (key, value, timestamp_ms, headers) in held.items():
+            self._produce(topic, key, value, partition, timestamp_ms, headers,
+                          self._changelog_report)  # fmt: skip
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        timestamp_ms: int,
+        headers: Headers,
+        report: Any,
+    ) -> None:
         produce = self.producer.produce
         while True:
             try:
@@ -103,7 +143,6 @@ class KafkaRecordCollector:
             except BufferError:
                 # The local queue is full: let the producer drain it, then try again.
                 self.producer.poll(0.05)
-        self.sent += 1
 
     @property
     def records_out(self) -> int:
@@ -136,6 +175,7 @@ class KafkaRecordCollector:
 
     def reset(self) -> None:
         self._error = None
+        self._held.clear()
         self.changelog_end.clear()
 
 

@@ -630,6 +630,7 @@ class Worker:
         for task in self.tasks.values():
             offsets.update(task.committable_offsets())
         changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
+        self._collector.release()
         self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
         self._collector.check()
         # The task's stream time and changelog offsets ride along in the offset metadata, so
