@@ -111,16 +111,21 @@ class _Cache(Generic[CK]):
 
     def _cache_put(self, key: CK, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
         entry = self._entries.get(key)
-        if entry is None:
-            self._entries[key] = _Entry(value, dirty, timestamp_ms)
-        else:  # updated in place: one entry object per key while it is cached
-            entry.value, entry.dirty, entry.timestamp_ms = value, dirty, timestamp_ms
+        cache = self.thread_cache
+        slot = (self._owner_id, key)
         if dirty:
             self._dirty.pop(key, None)
             self._dirty[key] = None
+        if entry is None:
+            self._entries[key] = _Entry(value, dirty, timestamp_ms)
+        else:  # updated in place: one entry object per key while it is cached
+            old = entry.value
+            entry.value, entry.dirty, entry.timestamp_ms = value, dirty, timestamp_ms
+            if old is not None and value is not None and len(old) == len(value):
+                # The usual update (a count, a sum): same size, so only the recency changes.
+                cache._lru.move_to_end(slot)
+                return
         # ThreadCache._touch and _maybe_evict, written out: this runs for every write.
-        cache = self.thread_cache
-        slot = (self._owner_id, key)
         size = self._size(key, value)
         cache.size_bytes += size - cache._lru.get(slot, 0)
         cache._lru[slot] = size
