@@ -96,37 +96,16 @@ def windowed_partitioner(
     count = getattr(collector, "partition_count", None)
     if inner is None or count is None:
         return None
-    # Partitions of recent inner keys of immutable exact types (one sink, so one topic): the
-    # windows of a key follow each other, and serializing and hashing again costs more.
-    placed: dict[Any, int] = {}
-    placed_among = [0]  # the partition count the remembered placements are for
 
     def by_inner_key(topic: str, key: Any, value: Any, _num_partitions: int) -> int | None:
         partitions = count(topic)
-        if key is None or not partitions:
+        data = None if key is None else inner.serialize(topic, key.key)
+        if not partitions or data is None:
             return None
-        inner_key = key.key
-        memo = type(inner_key) in _IMMUTABLE_KEYS
-        if memo:
-            if placed_among[0] != partitions or len(placed) >= 4096:
-                placed.clear()
-                placed_among[0] = partitions
-            partition = placed.get(inner_key)
-            if partition is not None:
-                return partition
-        data = inner.serialize(topic, inner_key)
-        if data is None:
-            return None
-        partition = default_partition(data, partitions)
-        if memo:
-            placed[inner_key] = partition
-        return partition
+        return default_partition(data, partitions)
 
     return by_inner_key
 
-
-# Keys whose placement may be remembered: immutable, and of these exact types only.
-_IMMUTABLE_KEYS = frozenset({str, int, bytes})
 
 # Inferred serdes by exact type, for the types whose serde depends on the type alone (not
 # Windowed, whose serde depends on the window size and the inner key).
