@@ -29,12 +29,6 @@ Initializer = Callable[[], Any]
 Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate) -> aggregate
 
 
-# Keys whose serialized bytes may be remembered: immutable, and of these exact types only
-# (``True == 1`` and ``1 == 1.0`` would share an entry across types).
-_IMMUTABLE_KEYS = frozenset({str, int, bytes})
-_KEY_MEMO = 4096
-
-
 def count_aggregator(key: Any, value: Any, count: int) -> int:
     """``count()``'s aggregator: the value is never looked at."""
     return count + 1
@@ -137,7 +131,6 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         context.metrics.register(REVISIONS_EMITTED, lambda: self.revisions)
         # The windows of recent records: equal windows are one object, made once.
         self._recent_windows: dict[int, Window] = {}
-        self._key_bytes: dict[Any, bytes] = {}
 
     def process(self, record: Record[Any, Any]) -> None:
         # A null value is aggregated like any other (a reduce starts over from it); only a
@@ -157,17 +150,8 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         windows = self.windows
         assert isinstance(windows, TimeWindows)  # sliding windows override process()
         close_time = stream_time - windows.grace_ms
-        key = record.key
-        # Recent keys' bytes, for keys of immutable exact types (a window's key comes back
-        # record after record): a dict lookup instead of the serde.
-        key_bytes = self._key_bytes.get(key) if type(key) in _IMMUTABLE_KEYS else None
-        if key_bytes is None:
-            key_bytes = self.key_serde.serialize(None, key)
-            assert key_bytes is not None
-            if type(key) in _IMMUTABLE_KEYS:
-                if len(self._key_bytes) >= _KEY_MEMO:
-                    self._key_bytes.clear()
-                self._key_bytes[key] = key_bytes
+        key_bytes = self.key_serde.serialize(None, record.key)
+        assert key_bytes is not None
         # Every window containing the timestamp, oldest first (TimeWindows.windows_for, by start).
         size, advance = windows.size_ms, windows.advance_ms
         first = max(0, timestamp - size + advance)
