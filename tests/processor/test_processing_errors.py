@@ -10,7 +10,7 @@ import pytest
 
 from fluvial import Named, StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import ConfigError, SerializationError
-from fluvial.processor.api import Processor, PunctuationType
+from fluvial.processor_api import Processor, PunctuationType
 from fluvial.records import Record
 from fluvial.testing import TopologyTestDriver
 

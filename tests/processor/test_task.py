@@ -209,7 +209,7 @@ class _PunctuatingLogger:
         self.log = log
 
     def init(self, context) -> None:
-        from fluvial.processor.api import PunctuationType
+        from fluvial.processor_api import PunctuationType
 
         self.context = context
         context.schedule(10, PunctuationType.STREAM_TIME, self.punctuate)

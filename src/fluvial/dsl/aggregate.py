@@ -17,8 +17,8 @@ from typing import Any
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
 from fluvial.dsl.windows import SlidingWindows, TimeWindows
-from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS, REVISIONS_EMITTED
+from fluvial.processor_api import Processor
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes

@@ -18,7 +18,7 @@ from fluvial.dsl.options import Materialized
 from fluvial.dsl.session import Merger, SessionWindowAggregateProcessor, session_store_spec
 from fluvial.dsl.sliding import SlidingWindowAggregateProcessor
 from fluvial.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
-from fluvial.processor.api import Processor
+from fluvial.processor_api import Processor
 from fluvial.topology.nodes import WINDOW, StoreSpec
 
 if TYPE_CHECKING:

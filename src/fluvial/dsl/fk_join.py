@@ -33,7 +33,7 @@ from fluvial.dsl.old_values import SourceOldValues
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.stream_table_join import Joiner, value_joiner
 from fluvial.dsl.table_ops import TableSourceProcessor
-from fluvial.processor.api import Processor
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import KEY_VALUE, SourceNode, StoreSpec

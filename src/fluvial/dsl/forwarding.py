@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.dsl.change import Change
-from fluvial.processor.api import ProcessorContext
 from fluvial.processor.metrics import REVISIONS_EMITTED
 from fluvial.processor.stores import is_cached
+from fluvial.processor_api import ProcessorContext
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.state.base import from_timestamped_bytes

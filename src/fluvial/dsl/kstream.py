@@ -35,7 +35,7 @@ from fluvial.dsl.stateless import (
 )
 from fluvial.dsl.table_table_join import INNER, LEFT, OUTER
 from fluvial.dsl.windows import JoinWindows
-from fluvial.processor.api import ProcessorSupplier
+from fluvial.processor_api import ProcessorSupplier
 from fluvial.serdes import Serde
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from fluvial.dsl.table_ops import (
 )
 from fluvial.dsl.table_table_join import INNER, LEFT, OUTER
 from fluvial.dsl.windows import AnyWindows, SessionWindows
-from fluvial.processor.api import ProcessorSupplier
+from fluvial.processor_api import ProcessorSupplier
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import KEY_VALUE, StoreSpec
 

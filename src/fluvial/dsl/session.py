@@ -21,9 +21,9 @@ from fluvial.dsl.forwarding import emit
 from fluvial.dsl.kstream import NamedArg, named_value
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.windows import SessionWindows
-from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.stores import is_cached
+from fluvial.processor_api import Processor
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import SESSION, StoreSpec

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fluvial.processor.api import Processor
 from fluvial.processor.fusion import FusableProcessor, Step
+from fluvial.processor_api import Processor
 from fluvial.records import KeyValue, Record
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from fluvial.dsl.stream_table_join import Joiner
 from fluvial.dsl.windows import JoinWindows
-from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 from fluvial.serdes import Serde
 

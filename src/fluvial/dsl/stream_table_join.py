@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fluvial.dsl.getters import GetterSupplier
-from fluvial.processor.api import Processor
 from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from fluvial.dsl.change import Change, change_serde
 from fluvial.dsl.forwarding import emit
 from fluvial.dsl.suppressed import SHUT_DOWN, Suppressed
 from fluvial.errors import BufferFullError
-from fluvial.processor.api import Processor
 from fluvial.processor.metrics import SUPPRESSION_EMITS
+from fluvial.processor_api import Processor
 from fluvial.records import Record, Windowed
 from fluvial.serdes import Serde
 

@@ -13,9 +13,9 @@ from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, emit
 from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.stateless import as_key_value
-from fluvial.processor.api import Processor
 from fluvial.processor.fusion import FusableProcessor, Step
 from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 from fluvial.serdes import Serde
 from fluvial.state.versioned import (

@@ -18,7 +18,7 @@ from typing import Any
 from fluvial.dsl.change import Change
 from fluvial.dsl.getters import GetterSupplier, Row
 from fluvial.dsl.stream_table_join import Joiner
-from fluvial.processor.api import Processor
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 
 INNER, LEFT, OUTER = "inner", "left", "outer"

@@ -4,17 +4,17 @@ User code needs :class:`Processor`, :class:`ProcessorContext`, :class:`Punctuati
 :class:`Stores`. :class:`StreamTask` is what runtimes (the Kafka runtime, the test driver) drive.
 """
 
-from fluvial.processor.api import (
+from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
+from fluvial.processor.metrics import TaskMetrics
+from fluvial.processor.stores import StoreBuilder, Stores
+from fluvial.processor.task import StreamTask
+from fluvial.processor_api import (
     Cancellable,
     Processor,
     ProcessorContext,
     ProcessorSupplier,
     PunctuationType,
 )
-from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
-from fluvial.processor.metrics import TaskMetrics
-from fluvial.processor.stores import StoreBuilder, Stores
-from fluvial.processor.task import StreamTask
 
 __all__ = [
     "Cancellable",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fluvial.errors import TopologyError
-from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
+from fluvial.processor_api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.records import Record
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class LiveNode:
 
 
 class NodeContext:
-    """:class:`~fluvial.processor.api.ProcessorContext` for one node of one task."""
+    """:class:`~fluvial.processor_api.ProcessorContext` for one node of one task."""
 
     def __init__(self, task: StreamTask, node: LiveNode) -> None:
         self._task = task

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from fluvial.processor.api import Processor
+from fluvial.processor_api import Processor
 from fluvial.records import Record
 
 if TYPE_CHECKING:
-    from fluvial.processor.api import ProcessorContext
     from fluvial.processor.context import LiveNode
+    from fluvial.processor_api import ProcessorContext
 
 Step = Callable[[Any, Any, Record[Any, Any]], None]
 """``(key, value, origin)``: one operator's work on one record, then the next step's."""

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fluvial.processor.api import PunctuationType, Punctuator
+from fluvial.processor_api import PunctuationType, Punctuator
 
 
 @dataclass(order=True)

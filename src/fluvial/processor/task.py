@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import FluvialError, SerializationError, StreamsError
-from fluvial.processor.api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
 from fluvial.processor.completeness import WriterMergeQueue, WriterState
 from fluvial.processor.context import LiveNode, NodeContext
@@ -36,6 +35,7 @@ from fluvial.processor.metrics import (
 from fluvial.processor.nodes import SinkProcessor, SourceProcessor
 from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
 from fluvial.processor.stores import StoreStack, create_store_stack, typed_view
+from fluvial.processor_api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.records import Record
 from fluvial.state.base import ChangelogRecord, StateStore
 from fluvial.state.caching import ThreadCache, discard_caches

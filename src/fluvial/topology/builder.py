@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fluvial.errors import TopologyError
-from fluvial.processor.api import ProcessorSupplier
+from fluvial.processor_api import ProcessorSupplier
 from fluvial.serdes import Serde
 from fluvial.topology.nodes import (
     OFFSET_RESETS,

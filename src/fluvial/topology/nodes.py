@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fluvial.processor.api import ProcessorSupplier
+from fluvial.processor_api import ProcessorSupplier
 from fluvial.serdes import Serde
 
 StreamPartitioner = Callable[[str, Any, Any, int], int | None]

@@ -2,6 +2,9 @@
 
 This module holds only contracts. The task runtime (:mod:`fluvial.processor.task`) provides the
 context; DSL operators are processors like any user's, so one mechanism runs everything.
+It sits below both :mod:`fluvial.topology` (whose nodes hold processor suppliers) and
+:mod:`fluvial.processor` (which runs them), so the topology never imports the task runtime.
+Users import these names from :mod:`fluvial` or :mod:`fluvial.processor`.
 """
 
 from __future__ import annotations
