@@ -2,6 +2,11 @@
 
 User code needs :class:`Processor`, :class:`ProcessorContext`, :class:`PunctuationType` and
 :class:`Stores`. :class:`StreamTask` is what runtimes (the Kafka runtime, the test driver) drive.
+
+Imports run one way, down from the task: ``task`` imports ``nodes``, ``fusion``, ``context``,
+``stores``, ``punctuation``, ``completeness``, ``collector`` and ``metrics``; ``nodes`` imports
+``fusion``, which imports ``context``, and none of them imports ``task``. The contracts
+(:mod:`fluvial.processor_api`) and :mod:`fluvial.topology` sit below the whole package.
 """
 
 from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId

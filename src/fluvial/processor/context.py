@@ -2,19 +2,61 @@
 
 Each node has its own context object bound to it, so ``forward`` always knows which node is
 forwarding, also when it runs later from a cache flush or a punctuator.
+
+The context reads the task through :class:`NodeHost`, which the task implements, so this module
+imports nothing of the task: the task builds its nodes and their contexts, never the reverse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fluvial.errors import TopologyError
 from fluvial.processor_api import Cancellable, Processor, PunctuationType, Punctuator
 from fluvial.records import Record
 
-if TYPE_CHECKING:
-    from fluvial.processor.task import StreamTask
+
+class NodeHost(Protocol):
+    """What a node's context reads from and asks of the task that runs the node.
+
+    :class:`~fluvial.processor.task.StreamTask` is the one implementation.
+    """
+
+    commit_requested: bool
+
+    @property
+    def application_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> Any: ...
+
+    @property
+    def current_topic(self) -> str | None: ...
+
+    @property
+    def current_partition(self) -> int | None: ...
+
+    @property
+    def current_offset(self) -> int | None: ...
+
+    @property
+    def current_timestamp_ms(self) -> int: ...
+
+    @property
+    def metrics(self) -> Any: ...
+
+    @property
+    def stream_time(self) -> int: ...
+
+    @property
+    def wall_clock_ms(self) -> int: ...
+
+    def store_for_processor(self, name: str) -> Any: ...
+
+    def schedule(
+        self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
+    ) -> Cancellable: ...
 
 
 class LiveNode:
@@ -37,7 +79,7 @@ class LiveNode:
 class NodeContext:
     """:class:`~fluvial.processor_api.ProcessorContext` for one node of one task."""
 
-    def __init__(self, task: StreamTask, node: LiveNode) -> None:
+    def __init__(self, task: NodeHost, node: LiveNode) -> None:
         self._task = task
         self._node = node
         if len(node.children) == 1:

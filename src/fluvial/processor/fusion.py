@@ -19,14 +19,11 @@ so every record comes out when and in the order node-by-node forwarding would em
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fluvial.processor_api import Processor
+from fluvial.processor.context import LiveNode
+from fluvial.processor_api import Processor, ProcessorContext
 from fluvial.records import Record
-
-if TYPE_CHECKING:
-    from fluvial.processor.context import LiveNode
-    from fluvial.processor_api import ProcessorContext
 
 Step = Callable[[Any, Any, Record[Any, Any]], None]
 """``(key, value, origin)``: one operator's work on one record, then the next step's."""
