@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, serdes
+from fluvial.iq.queries import LocalQueries, StoreUnavailableError
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.task import StreamTask
-from fluvial.runtime.queries import LocalQueries, StoreUnavailableError
 from fluvial.runtime.state import TaskState
 
 
@@ -27,7 +27,7 @@ class Sink:
 
 
 class OneTask:
-    """The :class:`~fluvial.runtime.queries.TaskSource` of a single task."""
+    """The :class:`~fluvial.iq.queries.TaskSource` of a single task."""
 
     def __init__(self, task: StreamTask) -> None:
         self.task: StreamTask | None = task

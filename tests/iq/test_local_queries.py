@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fluvial.runtime.queries import default_partition
+from fluvial.iq.queries import default_partition
 from tests.iq.harness import MEMORY_STORE, STORE, ServedRunner, ask, counts_of, get, in_grace_views
 from tests.runtime.harness import WINDOW_MS, produce, read_revisions, wait_until
 

@@ -8,14 +8,14 @@ import pytest
 
 from fluvial import KeyValue, Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import StreamsError
-from fluvial.records import Window
-from fluvial.runtime import Application
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     QueryError,
     StoreUnavailableError,
     UnknownStoreError,
     default_partition,
 )
+from fluvial.records import Window
+from fluvial.runtime import Application
 from tests.iq.harness import counts_of, in_grace_views
 from tests.runtime.harness import WINDOW_MS, produce, wait_until
 

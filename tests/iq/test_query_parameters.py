@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import Producer
 
 from fluvial import KeyValue, Materialized, StreamsBuilder, StreamsConfig, serdes
+from fluvial.iq.server import serve
+from fluvial.iq.service import LocalQueryService
 from fluvial.runtime import Application
-from fluvial.runtime.server import serve
-from fluvial.runtime.serving import LocalQueryService
 from tests.event_times import event_time_base_ms
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

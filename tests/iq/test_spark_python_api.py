@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from fluvial.errors import StreamsError
-from fluvial.records import Window
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     QueryError,
     StoreUnavailableError,
     UnknownStoreError,
     default_partition,
 )
+from fluvial.records import Window
 from fluvial.spark.engine import SparkApplication
 from tests.iq.harness import counts_of, in_grace_views
 from tests.runtime.harness import WINDOW_MS, PageView, produce, wait_until

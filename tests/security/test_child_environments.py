@@ -21,9 +21,9 @@ import pytest
 
 import fluvial
 from fluvial import children
+from fluvial.iq.server import TOKEN_ENV
 from fluvial.kafka import free_port
 from fluvial.kafka.security import write_client_properties
-from fluvial.runtime.server import TOKEN_ENV
 from tests.runtime.harness import SparkRunner, wait_until
 from tests.security.conftest import SecureCluster
 
@@ -219,7 +219,7 @@ def test_no_child_of_fluvial_run_holds_a_secret(
         names = recorded(records)
         if engine == "spark":  # the JVM and a Python worker of a slot
             return any(n.startswith("python-") for n in names) and len(live) >= 2
-        return any("fluvial.runtime.reader" in where for where in live)
+        return any("fluvial.iq.reader" in where for where in live)
 
     wait_until(children_seen, 120, f"the children of fluvial run ({engine})", interval_s=0.2)
     runner.signal(signal.SIGTERM)  # how it stops is not the question here
@@ -228,7 +228,7 @@ def test_no_child_of_fluvial_run_holds_a_secret(
     seen = recorded(records)
     if engine == "spark":  # java -version, Spark's launcher and JVM, its Python workers
         assert sum(n.startswith("java-") for n in seen) >= 2, seen.keys()
-    readers = {w: e for w, e in live.items() if "fluvial.runtime.reader" in w}
+    readers = {w: e for w, e in live.items() if "fluvial.iq.reader" in w}
     others = {w: e for w, e in {**seen, **live}.items() if w not in readers}
     assert holding(others, secret_values) == [], runner.output()
     if engine == "local":

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from fluvial.iq.server import TOKEN_ENV
 from fluvial.kafka import free_port
 from fluvial.kafka.security import (
     ADMIN_PASSWORD_ENV,
@@ -19,7 +20,6 @@ from fluvial.kafka.security import (
     KafkaSecurityError,
     check_connection,
 )
-from fluvial.runtime.server import TOKEN_ENV
 from tests.kafka.test_cli_kafka import fluvial, java_processes_using
 from tests.security.test_child_environments import holding, java_home_wrapper, recorded
 

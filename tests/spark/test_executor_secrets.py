@@ -18,8 +18,8 @@ import pytest
 
 from fluvial import children
 from fluvial.errors import ConfigError
+from fluvial.iq.spark_routing import SlotEndpoint
 from fluvial.kafka.security import is_secret_variable
-from fluvial.spark.queries import SlotEndpoint
 from fluvial.spark.slots import EXECUTOR_STATE_DIR_ENV, AppSource, LeasePlan, _topology
 
 SECRETS = {

@@ -4,7 +4,7 @@ Runs over the same pre-loaded input, each a fresh ``fluvial run --serve`` proces
 
 1. without queries: the processing throughput alone;
 2. for each way of serving committed reads (``in-process``: in the application's own process;
-   ``reader``: a reader process beside it, see :mod:`fluvial.runtime.reader`), with point
+   ``reader``: a reader process beside it, see :mod:`fluvial.iq.reader`), with point
    queries (one window of one category each) for as long as processing runs: back to back, or
    at a fixed offered ``rate``.
 

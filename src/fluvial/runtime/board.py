@@ -1,6 +1,6 @@
 """Where a running application's tasks stand, shared with its reader process.
 
-The reader process (:mod:`fluvial.runtime.reader`) answers committed queries from the task
+The reader process (:mod:`fluvial.iq.reader`) answers committed queries from the task
 stores' files. It may do so only while a task *runs*: during a restore the files hold an older
 or partly rebuilt state, which must never be answered. The application process says where each
 task stands on a small board, a memory-mapped file:

@@ -16,12 +16,12 @@ from confluent_kafka import KafkaException
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, CoPartitioningError, StreamsError
+from fluvial.iq.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
-from fluvial.runtime.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
 from fluvial.runtime.worker import FencedError, Worker, check_metadata_fits
 from fluvial.topology.topology import Topology
@@ -304,7 +304,7 @@ class Application:
     def queries(self) -> LocalQueries | None:
         """Queries over every task of this process; ``None`` until :meth:`start` planned them."""
         if self._queries is None and self.task_ids:
-            from fluvial.runtime.serving import WorkerTasks
+            from fluvial.iq.service import WorkerTasks
 
             self._queries = LocalQueries(
                 self.topology, self.config.application_id, self.task_ids,
@@ -313,7 +313,7 @@ class Application:
         return self._queries
 
     def store(self, name: str, *, isolation: str | None = None) -> StoreView:
-        """A read-only view of a running store (see :mod:`fluvial.runtime.queries`).
+        """A read-only view of a running store (see :mod:`fluvial.iq.queries`).
 
         ``isolation`` is ``"committed"`` (the default under exactly-once: only state a
         committed transaction covers) or ``"latest"`` (the newest processed state).

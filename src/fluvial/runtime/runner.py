@@ -20,10 +20,7 @@ from rich.console import Console
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
-from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
-from fluvial.runtime.engine import Application
-from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
-from fluvial.runtime.server import (
+from fluvial.iq.server import (
     DEFAULT_HOST,
     TOKEN_ENV,
     HttpServer,
@@ -33,13 +30,16 @@ from fluvial.runtime.server import (
     make_app,
     parse_address,
 )
-from fluvial.runtime.server import serve as start_server
-from fluvial.runtime.serving import LocalQueryService
+from fluvial.iq.server import serve as start_server
+from fluvial.iq.service import LocalQueryService
+from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
+from fluvial.runtime.engine import Application
+from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.topology.topology import Topology
 
 if TYPE_CHECKING:
-    from fluvial.runtime.reader import ReaderProcess
+    from fluvial.iq.reader import ReaderProcess
 
 STATUS_INTERVAL_S = 0.5
 PLAIN_STATUS_INTERVAL_S = 5.0
@@ -69,7 +69,7 @@ class Endpoints:
     """The HTTP endpoints of a running application: ``--serve`` and ``--prometheus-port``.
 
     Both run on the same server stack (Starlette on uvicorn); ``/metrics`` is on both. With a
-    reader process (:mod:`fluvial.runtime.reader`), the ``--serve`` address is the reader's, and
+    reader process (:mod:`fluvial.iq.reader`), the ``--serve`` address is the reader's, and
     this process answers the reader on a private endpoint.
     """
 
@@ -115,7 +115,7 @@ class Endpoints:
         app_file: Path,
     ) -> None:
         # Imported here: its HTTP client takes a while to import, and only the reader needs it.
-        from fluvial.runtime.reader import ReaderProcess, worker_metrics_route
+        from fluvial.iq.reader import ReaderProcess, worker_metrics_route
 
         config = app.config
         # Bound here: a bad address fails before anything starts, and queries wait in the
@@ -188,7 +188,7 @@ def check_serve_address(serve: str | None) -> None:
 def use_reader_process(
     config: StreamsConfig, serve: str | None, app_file: Path | None, reader: bool | None
 ) -> bool:
-    """Whether committed reads are served by a reader process (see :mod:`fluvial.runtime.reader`).
+    """Whether committed reads are served by a reader process (see :mod:`fluvial.iq.reader`).
 
     By default they are under exactly-once, where queries are committed unless they ask
     otherwise; under at-least-once they default to ``latest``, which only the application

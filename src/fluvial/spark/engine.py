@@ -49,9 +49,9 @@ if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
     from pyspark.sql import SparkSession
 
-    from fluvial.runtime.queries import KeyQueryMetadata, StoreView
+    from fluvial.iq.queries import KeyQueryMetadata, StoreView
+    from fluvial.iq.spark_routing import RoutingQueryService
     from fluvial.spark.pack import Packed
-    from fluvial.spark.queries import RoutingQueryService
     from fluvial.spark.views import DriverViews
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class SparkApplication:
         self._lease_log = Path(self.config.state_dir) / self.config.application_id / "leases.jsonl"
         self._router: RoutingQueryService | None = None
         self._views: DriverViews | None = None
-        from fluvial.runtime.server import TOKEN_ENV  # uvicorn: imported by drivers only
+        from fluvial.iq.server import TOKEN_ENV  # uvicorn: imported by drivers only
 
         # The slots' query endpoints require the driver's token: it travels with each lease.
         self._serve_token = os.environ.get(TOKEN_ENV) or None
@@ -572,13 +572,13 @@ class SparkApplication:
     def prometheus_metrics(self) -> str:
         return prometheus_text(self.config.application_id, self.metrics())
 
-    # -- interactive queries (routed to the slots: fluvial.spark.queries) -------------------
+    # -- interactive queries (routed to the slots: fluvial.iq.spark_routing) -------------------
 
     @property
     def router(self) -> RoutingQueryService:
         """The driver's query router, which ``--serve`` and :meth:`store` both use."""
         if self._router is None:
-            from fluvial.spark.queries import RoutingQueryService
+            from fluvial.iq.spark_routing import RoutingQueryService
 
             self._router = RoutingQueryService(
                 self.topology, self.config.application_id,

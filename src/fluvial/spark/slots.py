@@ -326,8 +326,8 @@ def _fatal_or_raise(
 def _serve_queries(
     plan: LeasePlan, source: AppSource, config: StreamsConfig, entry: _Entry
 ) -> str | None:
-    """Serve this process's slots' stores and register where (see :mod:`fluvial.spark.queries`)."""
-    from fluvial.spark.queries import slot_endpoint
+    """Serve this process's slots' stores and register where (see :mod:`fluvial.iq.spark_routing`)."""
+    from fluvial.iq.spark_routing import slot_endpoint
 
     app_id = config.application_id
 

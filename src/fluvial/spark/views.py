@@ -1,7 +1,7 @@
 """``SparkApplication.store(name)``: the local engine's read-only views, on the Spark driver.
 
 The stores live in executor processes. The views here are the very classes the local engine
-gives (:mod:`fluvial.runtime.queries`), over a source whose every bytes-level read (``get``,
+gives (:mod:`fluvial.iq.queries`), over a source whose every bytes-level read (``get``,
 ``range``, ``fetch``, ...) becomes one query through the driver's router, the code the
 ``--serve`` endpoint runs: the router finds the slot that holds the task and asks it with
 ``raw=true``, so keys travel and values come back as the bytes the store holds, and the view
@@ -20,9 +20,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, NamedTuple
 
 from fluvial.errors import StreamsError
-from fluvial.processor.collector import TaskId
-from fluvial.processor.task import StreamTask
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     SESSION,
     VERSIONED_KEY_VALUE,
     KeyQueryMetadata,
@@ -31,7 +29,9 @@ from fluvial.runtime.queries import (
     StoreUnavailableError,
     StoreView,
 )
-from fluvial.spark.queries import FORWARD_TIMEOUT_S, MOVE_BUDGET_S, RoutingQueryService
+from fluvial.iq.spark_routing import FORWARD_TIMEOUT_S, MOVE_BUDGET_S, RoutingQueryService
+from fluvial.processor.collector import TaskId
+from fluvial.processor.task import StreamTask
 from fluvial.state.session import SessionEntry
 
 #: Scans from Python return every entry; the HTTP endpoint's default limit does not apply.

@@ -1,7 +1,7 @@
 """The HTTP endpoint of a running application: interactive queries, health and Prometheus metrics.
 
 Starlette routes served by uvicorn in a background thread: of the application's process, or
-of its reader process (:mod:`fluvial.runtime.reader`), which serves the same app.
+of its reader process (:mod:`fluvial.iq.reader`), which serves the same app.
 Routes (every answer is JSON, errors included, except ``/metrics``):
 
 - ``GET /health``: whether the application runs, and how many of its tasks serve queries;
@@ -45,7 +45,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fluvial.errors import StreamsError
-from fluvial.runtime.queries import QueryError, StoreUnavailableError
+from fluvial.iq.queries import QueryError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -54,11 +54,7 @@ import httpx
 
 from fluvial import children
 from fluvial.errors import StreamsError
-from fluvial.processor.collector import TaskId
-from fluvial.processor.stores import create_store_stack
-from fluvial.runtime.board import RESTORING, RUNNING, BoardView
-from fluvial.runtime.metrics import WorkerMetrics, WorkerMetricsCollector
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     COMMITTED,
     LATEST,
     LocalQueries,
@@ -66,8 +62,12 @@ from fluvial.runtime.queries import (
     StoreUnavailableError,
     UnknownStoreError,
 )
-from fluvial.runtime.server import TOKEN_ENV, HttpServer, make_app
-from fluvial.runtime.serving import LocalQueryService
+from fluvial.iq.server import TOKEN_ENV, HttpServer, make_app
+from fluvial.iq.service import LocalQueryService
+from fluvial.processor.collector import TaskId
+from fluvial.processor.stores import create_store_stack
+from fluvial.runtime.board import RESTORING, RUNNING, BoardView
+from fluvial.runtime.metrics import WorkerMetrics, WorkerMetricsCollector
 from fluvial.topology.nodes import ROCKSDB, StoreSpec
 from fluvial.topology.topology import Topology
 
@@ -87,7 +87,7 @@ READY_TIMEOUT_S = 120.0
 class SecondaryTask:
     """One task's persistent stores, opened read-only as RocksDB secondary instances.
 
-    It stands in for a running task in :func:`fluvial.runtime.queries.read_task`: its store
+    It stands in for a running task in :func:`fluvial.iq.queries.read_task`: its store
     stacks have the same layers (built by the same builder), and only ``bottom``, the RocksDB
     store under the transactional layer, is open.
     """
@@ -149,7 +149,7 @@ def _why(entry: tuple[int, int, int] | None) -> str:
 
 
 class SecondaryTasks:
-    """The :class:`~fluvial.runtime.queries.TaskSource` of the reader: tasks the board says run,
+    """The :class:`~fluvial.iq.queries.TaskSource` of the reader: tasks the board says run,
     read from their files."""
 
     def __init__(
@@ -291,7 +291,7 @@ class ApplicationLink:
 
 
 class ReaderQueryService:
-    """The :class:`~fluvial.runtime.server.QueryService` of the reader process.
+    """The :class:`~fluvial.iq.server.QueryService` of the reader process.
 
     ``committed`` queries read the task stores' files; ``latest`` queries go to the
     application process, which holds the newest uncommitted state.
@@ -359,7 +359,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main() -> None:
-    """``python -m fluvial.runtime.reader``: settings as one JSON line on stdin, then serve
+    """``python -m fluvial.iq.reader``: settings as one JSON line on stdin, then serve
     until stdin closes. Reports ``ready`` or ``error <message>`` on stdout."""
     settings = json.loads(sys.stdin.readline())
     _die_with_parent(int(settings["parent_pid"]))
@@ -432,7 +432,7 @@ class ReaderProcess:
         shutil.rmtree(self.secondary_root, ignore_errors=True)
         # It never talks to Kafka: of the secrets, it keeps only the token it checks.
         self._proc = children.popen(
-            [sys.executable, "-m", "fluvial.runtime.reader"], keep=(TOKEN_ENV,),
+            [sys.executable, "-m", "fluvial.iq.reader"], keep=(TOKEN_ENV,),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.sock.fileno(),),
             # Its own process group: a Ctrl-C at the terminal goes to the application, which
             # stops the reader when it is done. The same session, so the same CPU share.

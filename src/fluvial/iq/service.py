@@ -1,7 +1,7 @@
 """Interactive queries as JSON: the service the HTTP endpoint serves for tasks in this process.
 
 The local engine serves every task this way. On the Spark engine each slot's Python worker
-serves its own tasks the same way, and the driver routes to it (:mod:`fluvial.spark.queries`).
+serves its own tasks the same way, and the driver routes to it (:mod:`fluvial.iq.spark_routing`).
 The driver also asks a slot for:
 
 - ``standby=true``: an answer from the slot's standby replica of the task, marked stale, with
@@ -17,9 +17,7 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
-from fluvial.processor.collector import TaskId
-from fluvial.processor.task import StreamTask
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     COMMITTED,
     KEY_VALUE_KINDS,
     LATEST,
@@ -36,6 +34,8 @@ from fluvial.runtime.queries import (
     read_retrying,
     to_json_value,
 )
+from fluvial.processor.collector import TaskId
+from fluvial.processor.task import StreamTask
 from fluvial.runtime.standby import StoreLag
 from fluvial.runtime.worker import Worker
 

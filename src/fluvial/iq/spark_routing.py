@@ -37,8 +37,7 @@ from urllib.parse import quote
 
 import httpx
 
-from fluvial.processor.collector import TaskId
-from fluvial.runtime.queries import (
+from fluvial.iq.queries import (
     COMMITTED,
     LATEST,
     Decoder,
@@ -52,8 +51,8 @@ from fluvial.runtime.queries import (
     parse_key,
     store_infos,
 )
-from fluvial.runtime.server import TOKEN_ENV, HttpServer, QueryMetrics, make_app
-from fluvial.runtime.serving import (
+from fluvial.iq.server import TOKEN_ENV, HttpServer, QueryMetrics, make_app
+from fluvial.iq.service import (
     DEFAULT_LIMIT,
     LocalQueryService,
     StandbyQueries,
@@ -62,6 +61,7 @@ from fluvial.runtime.serving import (
     raw_key,
     task_list,
 )
+from fluvial.processor.collector import TaskId
 from fluvial.runtime.worker import Worker
 from fluvial.topology.topology import Topology
 
