@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import ConfigError
 from fluvial.runtime import Application
+from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.horizon import Needed
-from fluvial.runtime.worker import CommitMetadata
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import read_topic, wait_until
 

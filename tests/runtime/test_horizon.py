@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.horizon import ChangelogHorizon
-from fluvial.runtime.worker import CommitMetadata
 
 RETENTION = 7_000  # a 5 s window with 2 s grace
 SIZE = 5_000

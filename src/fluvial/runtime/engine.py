@@ -20,10 +20,11 @@ from fluvial.iq.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
+from fluvial.runtime.commit_metadata import check_metadata_fits
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
-from fluvial.runtime.worker import FencedError, Worker, check_metadata_fits
+from fluvial.runtime.worker import FencedError, Worker
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> li
 
 def check_commit_metadata(topology: Topology, config: StreamsConfig) -> None:
     """Refuse, before any topic is created, a sub-topology whose tasks' commits could not carry
-    their changelog offsets (see :func:`~fluvial.runtime.worker.check_metadata_fits`)."""
+    their changelog offsets (see :func:`~fluvial.runtime.commit_metadata.check_metadata_fits`)."""
     for sub in topology.subtopologies(config.application_id):
         changelogs = [(topic, 9_999) for topic in sub.changelog_topics().values()]
         check_metadata_fits(f"{sub.id}_*", changelogs)

@@ -7,16 +7,11 @@ where and when :meth:`Worker.run_for` is called.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
-import random
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,18 +28,18 @@ from confluent_kafka.admin import AdminClient
 
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
-from fluvial.errors import ConfigError, StreamsError
+from fluvial.errors import StreamsError
 from fluvial.kafka.security import AuthorizationError, is_secured
 from fluvial.processor.collector import ConsumedRecord, TaskId
-from fluvial.processor.completeness import WriterState
 from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
+from fluvial.runtime.commit_metadata import CommitMetadata, changelog_horizons, needed_offsets
 from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
-from fluvial.runtime.horizon import ChangelogHorizon, Needed
+from fluvial.runtime.horizon import ChangelogHorizon
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.progress import RepartitionProgress, writer_id
 from fluvial.runtime.restore import Restorer
@@ -310,10 +305,10 @@ class Worker:
                     # no changelog record belongs to the committed state.
                     limits = {tp: 0 for tp in task.changelog_partitions().values()}
                 has_commit = any(tp in committed for tp in tps)
-                needed = self._needed_offsets(task, metadata) if has_commit else {}
+                needed = needed_offsets(task, metadata) if has_commit else {}
                 ends = restorer.restore(task, state, limits, needed)
                 self._changelog_committed.update(metadata.changelog_ends)
-                self._track_horizons(task, ends, metadata)
+                self._horizons.update(changelog_horizons(task, ends, metadata))
                 stream_time = metadata.stream_time
                 if stream_time >= 0:
                     # Operators that emit on window close must know what was final already.
@@ -347,46 +342,8 @@ class Worker:
             )
             committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
             if committed:
-                needed.update(self._needed_offsets(task, CommitMetadata.latest(committed)))
+                needed.update(needed_offsets(task, CommitMetadata.latest(committed)))
         return needed
-
-    def _needed_offsets(
-        self, task: StreamTask, metadata: CommitMetadata
-    ) -> dict[tuple[str, int], int]:
-        """The lowest offset of each changelog partition that the committed state needs.
-
-        A key-value store needs its whole changelog (compaction keeps the latest record per
-        key); a window or session store needs what its last commit recorded.
-        """
-        specs = {spec.name: spec for spec in task.subtopology.stores}
-        needed = {}
-        for store_name, tp in task.changelog_partitions().items():
-            if not specs[store_name].time_retained:
-                needed[tp] = 0
-            elif tp in metadata.needed:
-                needed[tp] = metadata.needed[tp].needed_from
-            elif not metadata.known:
-                log.info("%s-%d: the last commit predates needed-offset tracking; its log "
-                         "start is not checked until the next commit", *tp)  # fmt: skip
-        return needed
-
-    def _track_horizons(
-        self,
-        task: StreamTask,
-        ends: dict[tuple[str, int], int],
-        metadata: CommitMetadata,
-    ) -> None:
-        """Follow what each window or session store of ``task`` still needs of its changelog."""
-        specs = {spec.name: spec for spec in task.subtopology.stores}
-        for store_name, tp in task.changelog_partitions().items():
-            spec = specs[store_name]
-            if not spec.time_retained:
-                continue
-            margin = (spec.retention_ms or 0) + (spec.window_size_ms or 0)
-            horizon = ChangelogHorizon(margin, ends.get(tp, 0))
-            if tp in metadata.needed:
-                horizon.resume(metadata.needed[tp])
-            self._horizons[tp] = horizon
 
     def close(self, *, clean: bool = True) -> None:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
@@ -887,119 +844,3 @@ def is_fenced(error: KafkaError) -> bool:
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
     ) or (error.fatal() and "fenced" in error.str().lower())
-
-
-#: Kafka's default ``offset.metadata.max.bytes``: the longest metadata a commit may carry.
-OFFSET_METADATA_MAX_BYTES = 4096
-
-
-def check_metadata_fits(task: str, changelogs: list[tuple[str, int]]) -> None:
-    """Refuse, before anything runs, a task whose commits could not carry their metadata.
-
-    The broker would refuse such a commit on every attempt (OFFSET_METADATA_TOO_LARGE).
-    """
-    size = CommitMetadata.largest(changelogs)
-    if size > OFFSET_METADATA_MAX_BYTES:
-        raise ConfigError(
-            f"task {task} has {len(changelogs)} changelogged stores: its commit metadata "
-            f"(changelog offsets, up to {size:,} bytes) could pass Kafka's "
-            f"offset.metadata.max.bytes ({OFFSET_METADATA_MAX_BYTES:,} by default). Split "
-            "the sub-topology (a repartition() between groups of stores starts a new one)."
-        )
-
-
-@dataclass(frozen=True)
-class CommitMetadata:
-    """What a task commits with its input offsets.
-
-    Its stream time, its changelogs' end offsets, and for window and session changelogs what
-    their stores still need (:class:`~fluvial.runtime.horizon.Needed`), which restoration
-    checks against the changelog's log start. ``known`` says whether the commit came from a
-    version of fluvial that records ``needed`` at all.
-    """
-
-    stream_time: int = -1
-    changelog_ends: dict[tuple[str, int], int] = field(default_factory=dict)
-    needed: dict[tuple[str, int], Needed] = field(default_factory=dict)
-    known: bool = False
-    # Merged repartition partitions (fluvial.processor.completeness): what the task knew of each
-    # writer, and its last record taken, skipped on restart (taken out of offset order).
-    writers: dict[tuple[str, int], dict[str, WriterState]] = field(default_factory=dict)
-
-    PREFIX = "fluvial:"
-    #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
-    #: Changelog topic names repeat the application id, so a task with many stores compresses
-    #: several times over and stays inside the broker's ``offset.metadata.max.bytes``.
-    COMPRESSED_PREFIX = "fluvial:z:"
-    COMPRESS_ABOVE = 512
-
-    def encode(self) -> str:
-        ends = [[t, p, off] for (t, p), off in sorted(self.changelog_ends.items())]
-        needed = [
-            [t, p, n.needed_from, n.newest_start, n.newest_written]
-            for (t, p), n in sorted(self.needed.items())
-        ]
-        payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
-        if self.writers:
-            payload["wr"] = [
-                [t, p, writer, s.high, int(s.idle), s.done]
-                for (t, p), states in sorted(self.writers.items())
-                for writer, s in sorted(states.items())
-            ]
-        text = json.dumps(payload, separators=(",", ":"))
-        if len(text) <= self.COMPRESS_ABOVE:
-            return self.PREFIX + text
-        packed = base64.b85encode(zlib.compress(text.encode(), 9)).decode("ascii")
-        return self.COMPRESSED_PREFIX + packed
-
-    @classmethod
-    def decode(cls, metadata: str | None) -> CommitMetadata:
-        if not metadata or not metadata.startswith(cls.PREFIX):
-            return cls()
-        try:
-            if metadata.startswith(cls.COMPRESSED_PREFIX):
-                packed = metadata[len(cls.COMPRESSED_PREFIX) :].encode("ascii")
-                text = zlib.decompress(base64.b85decode(packed)).decode()
-            else:
-                text = metadata[len(cls.PREFIX) :]
-            data = json.loads(text)
-            ends = {(t, int(p)): int(off) for t, p, off in data.get("cl", [])}
-            needed = {
-                (t, int(p)): Needed(int(nf), int(ns), int(nw))
-                for t, p, nf, ns, nw in data.get("nd", [])
-            }
-            writers: dict[tuple[str, int], dict[str, WriterState]] = {}
-            for t, p, writer, high, idle, done in data.get("wr", []):
-                state = WriterState(int(high), bool(idle), int(done))
-                writers.setdefault((t, int(p)), {})[str(writer)] = state
-            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers)
-        except (ValueError, TypeError, zlib.error):
-            return cls()
-
-    @classmethod
-    def largest(cls, changelogs: Iterable[tuple[str, int]]) -> int:
-        """About the longest metadata a task with these changelog partitions can commit: every
-        end and needed offset 19 digits wide, and all different, so they barely compress."""
-        rng = random.Random(0)
-
-        def wide() -> int:
-            return rng.randrange(10**18, 2**63)
-
-        tps = sorted(changelogs)
-        metadata = cls(wide(), {tp: wide() for tp in tps},
-                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps})  # fmt: skip
-        return len(metadata.encode())
-
-    @classmethod
-    def latest(cls, candidates: Iterable[CommitMetadata]) -> CommitMetadata:
-        """The newest of a task's partitions' metadata (they are committed together)."""
-        best = cls()
-        for candidate in candidates:
-            if candidate.stream_time >= best.stream_time:
-                best = cls(
-                    candidate.stream_time,
-                    {**best.changelog_ends, **candidate.changelog_ends},
-                    {**best.needed, **candidate.needed},
-                    best.known or candidate.known,
-                )
-        return best
