@@ -66,7 +66,7 @@ def internal_prefix(config: StreamsConfig) -> str:
 
 def transactional_id_prefix(config: StreamsConfig) -> str:
     # One prefix covers the driver's id ("<application_id>-driver", fluvial.runtime.epoch) and
-    # the slots' ("<application_id>-slot-<N>", fluvial.runtime.worker.transactional_id).
+    # the slots' ("<application_id>-slot-<N>", fluvial.runtime.client_calls.transactional_id).
     return f"{config.application_id}-"
 
 

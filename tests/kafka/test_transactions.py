@@ -74,7 +74,8 @@ def test_a_fatal_produce_is_explained_by_the_producers_own_error(
     it, so it stops as fenced instead of restarting from the last commit."""
     from types import SimpleNamespace
 
-    from fluvial.runtime.worker import Worker, is_fenced, kafka_error_of
+    from fluvial.runtime.client_calls import is_fenced, kafka_error_of
+    from fluvial.runtime.worker import Worker
 
     topic = topic_factory("fenced")
     transactional_id = f"fatal-{uuid.uuid4().hex}"

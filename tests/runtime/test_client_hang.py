@@ -15,7 +15,7 @@ import pytest
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import StreamsError
-from fluvial.runtime import worker as worker_module
+from fluvial.runtime import client_calls
 from fluvial.runtime.worker import Worker
 
 
@@ -30,11 +30,11 @@ def test_a_hung_transactional_call_fails_the_slot_and_drops_its_producer(
 ) -> None:
     worker = echo_worker(StreamsConfig(application_id="hang", state_dir=str(tmp_path),
                                        processing_guarantee="exactly_once_v2"))  # fmt: skip
-    monkeypatch.setattr(worker_module, "TXN_CALL_DEADLINE_S", 0.5)
+    monkeypatch.setattr(client_calls, "TXN_CALL_DEADLINE_S", 0.5)
     never = threading.Event()
     started = time.monotonic()
     with pytest.raises(StreamsError, match="did not return within 0.5 s"):
-        worker._bounded(lambda: never.wait(30), "send offsets")
+        worker._calls.bounded(lambda: never.wait(30), "send offsets")
     assert time.monotonic() - started < 5
     # The abandoned producer is never called again: a dirty close just lets go of it.
     worker._producer = object()  # type: ignore[assignment]
@@ -45,7 +45,7 @@ def test_a_hung_transactional_call_fails_the_slot_and_drops_its_producer(
 
 def test_a_call_that_returns_in_time_passes_its_result_and_errors_through(tmp_path: Path) -> None:
     worker = echo_worker(StreamsConfig(application_id="ok", state_dir=str(tmp_path)))
-    assert worker._bounded(lambda: 42, "commit") == 42
+    assert worker._calls.bounded(lambda: 42, "commit") == 42
     with pytest.raises(ZeroDivisionError):
-        worker._bounded(lambda: 1 / 0, "commit")
-    assert not worker._producer_hung
+        worker._calls.bounded(lambda: 1 / 0, "commit")
+    assert not worker._calls.hung

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fluvial.config import StreamsConfig
+from fluvial.runtime.client_calls import ClientCalls
 from fluvial.runtime.worker import Worker
 
 
@@ -33,7 +35,7 @@ def _worker(producer: _FencedProducer) -> Worker:
     worker._task_by_tp = {}
     worker._consumer = None
     worker._producer = producer  # type: ignore[assignment]
-    worker._producer_hung = False
+    worker._calls = ClientCalls(0, StreamsConfig(application_id="dirty"), worker.unauthorized)
     worker._collector = None
     worker.eos = True
     return worker

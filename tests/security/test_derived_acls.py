@@ -10,8 +10,8 @@ from fluvial import KeyValue, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.acls import authorization_error, derive_acls
 from fluvial.cli import app
 from fluvial.errors import StreamsError
+from fluvial.runtime.client_calls import transactional_id
 from fluvial.runtime.epoch import driver_transactional_id
-from fluvial.runtime.worker import transactional_id
 from fluvial.sinks import PostgresSink
 
 

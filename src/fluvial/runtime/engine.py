@@ -20,11 +20,12 @@ from fluvial.iq.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
+from fluvial.runtime.client_calls import FencedError
 from fluvial.runtime.commit_metadata import check_metadata_fits
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
-from fluvial.runtime.worker import FencedError, Worker
+from fluvial.runtime.worker import Worker
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from fluvial.acls import authorization_error, driver_group
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
+from fluvial.runtime.client_calls import TRANSIENT_ERRORS, is_fenced, transactional_id
 from fluvial.runtime.clients import consumer_settings, producer_settings
-from fluvial.runtime.worker import TRANSIENT_ERRORS, is_fenced, transactional_id
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,11 +28,18 @@ from confluent_kafka.admin import AdminClient
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
-from fluvial.kafka.security import AuthorizationError, is_secured
+from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
+from fluvial.runtime.client_calls import (
+    ClientCalls,
+    FencedError,
+    is_fenced,
+    kafka_error_of,
+    transactional_id,
+)
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
 from fluvial.runtime.commit_metadata import CommitMetadata, changelog_horizons, needed_offsets
@@ -49,27 +55,14 @@ from fluvial.state.base import new_tuple
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 TIMEOUT_S = 60.0
 # Reading committed offsets is retried (5 attempts): a group the principal may not describe
 # makes the call wait for its coordinator until it times out, and the retry asks why.
 READ_OFFSETS_TIMEOUT_S = 15.0
-# A transactional client call still blocked after this long is taken as hung: the slot gives
-# up on its producer and restarts. Broker failovers settle within seconds.
-TXN_CALL_DEADLINE_S = 30.0
 MAX_BUFFERED_PER_PARTITION = 5000
 PROCESS_BATCH = 500
 REPARTITION_PURGE_INTERVAL_S = 30.0
-
-
-class FencedError(StreamsError):
-    """A newer instance took over this worker's transactional id; this one must stop."""
-
-
-def transactional_id(application_id: str, slot: int) -> str:
-    """One transactional id per slot: whoever runs the slot next fences whoever ran it before."""
-    return f"{application_id}-slot-{slot}"
 
 
 class Worker:
@@ -114,7 +107,7 @@ class Worker:
         self._task_by_tp: dict[tuple[str, int], StreamTask] = {}
         self._paused: set[tuple[str, int]] = set()
         self._producer: Producer | None = None
-        self._producer_hung = False
+        self._calls = ClientCalls(slot, config, self.unauthorized)
         self._consumer: Consumer | None = None
         self._guard: PartitionGuard | None = None
         self._progress: RepartitionProgress | None = None
@@ -139,8 +132,8 @@ class Worker:
         if self.eos:
             # Fence first: this aborts any transaction a previous holder of the slot left open,
             # so the changelogs and committed offsets read below are final.
-            self._call(
-                lambda: self._bounded(
+            self._calls.call(
+                lambda: self._calls.bounded(
                     lambda: self._producer.init_transactions(TIMEOUT_S), "init transactions"
                 ),
                 "init transactions",
@@ -176,7 +169,7 @@ class Worker:
         self._consumer = Consumer(settings)
         consumer = self._consumer
         self._progress = (
-            self._call(
+            self._calls.call(
                 lambda: RepartitionProgress(self.topology, self.config, consumer),
                 "read topic metadata",
             )  # fmt: skip
@@ -231,7 +224,7 @@ class Worker:
         assert consumer is not None
         counts: dict[str, int] = {}
         for topic in keyed:
-            meta = self._call(lambda t=topic: consumer.list_topics(t, timeout=TIMEOUT_S),
+            meta = self._calls.call(lambda t=topic: consumer.list_topics(t, timeout=TIMEOUT_S),
                               "read topic metadata").topics.get(topic)  # fmt: skip
             if meta is not None and meta.error is None and meta.partitions:
                 counts[topic] = len(meta.partitions)
@@ -257,7 +250,7 @@ class Worker:
         if not tps:
             return result  # a worker with only standby tasks
         consumer = self._consumer
-        for tp in self._call(lambda: consumer.committed(tps, timeout=READ_OFFSETS_TIMEOUT_S),
+        for tp in self._calls.call(lambda: consumer.committed(tps, timeout=READ_OFFSETS_TIMEOUT_S),
                              "read offsets"):  # fmt: skip
             if tp.error is not None:
                 raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
@@ -336,7 +329,7 @@ class Worker:
                 for t in subs[task_id.subtopology].source_topics
             ]
             consumer = self._consumer
-            found = self._call(
+            found = self._calls.call(
                 lambda c=consumer, q=tps: c.committed(q, timeout=READ_OFFSETS_TIMEOUT_S),
                 "read offsets",
             )
@@ -374,9 +367,9 @@ class Worker:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
-            if self._producer is not None and self._producer_hung:
+            if self._producer is not None and self._calls.hung:
                 # A call is still blocked inside it: any other call could block as well.
-                self._producer_hung = False
+                self._calls.hung = False
                 self._producer = None
                 self._collector = None
             if self._producer is not None:
@@ -588,7 +581,7 @@ class Worker:
             offsets.update(task.committable_offsets())
         changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
         self._collector.release()
-        self._call(lambda: self._producer.flush(TIMEOUT_S), "flush")
+        self._calls.call(lambda: self._producer.flush(TIMEOUT_S), "flush")
         self._collector.check()
         # The task's stream time and changelog offsets ride along in the offset metadata, so
         # the next start knows the state that belongs with these offsets. Only after the flush
@@ -613,21 +606,23 @@ class Worker:
         if self.eos:
             if tps:
                 group = self._consumer.consumer_group_metadata()
-                self._call(
-                    lambda: self._bounded(
+                self._calls.call(
+                    lambda: self._calls.bounded(
                         lambda: self._producer.send_offsets_to_transaction(tps, group, TIMEOUT_S),
                         "send offsets",
                     ),
                     "send offsets",
                 )
-            self._call(
-                lambda: self._bounded(
+            self._calls.call(
+                lambda: self._calls.bounded(
                     lambda: self._producer.commit_transaction(TIMEOUT_S), "commit"
                 ),
                 "commit",
             )
         elif tps:
-            self._call(lambda: self._consumer.commit(offsets=tps, asynchronous=False), "commit")
+            self._calls.call(
+                lambda: self._consumer.commit(offsets=tps, asynchronous=False), "commit"
+            )
         # Only now is the changelog durable in Kafka: the local stores may record it.
         for task_id, state in self.task_states.items():
             state.committed(self._collector.changelog_end)
@@ -644,70 +639,6 @@ class Worker:
         self._refresh_metrics()
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
-
-    def _bounded(self, action: Callable[[], T], what: str) -> T:
-        """Run a transactional client call with a deadline of our own.
-
-        The Kafka client can block in a transactional call far past the timeout it was given
-        (seen in send offsets after the group coordinator's broker was killed and restarted,
-        for good): the slot would never commit again. Past the deadline the producer is abandoned,
-        never called again, and the slot restarts from the last commit; the new producer's
-        init_transactions fences the abandoned one and aborts its transaction.
-        """
-        outcome: list[T] = []
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                outcome.append(action())
-            except BaseException as exc:
-                failure.append(exc)
-
-        helper = threading.Thread(target=run, name=f"fluvial-slot-{self.slot}-txn", daemon=True)
-        helper.start()
-        helper.join(TXN_CALL_DEADLINE_S)
-        if helper.is_alive():
-            self._producer_hung = True
-            raise StreamsError(
-                f"{what} did not return within {TXN_CALL_DEADLINE_S:g} s; slot {self.slot} "
-                "drops its producer and open transaction and restarts from the last commit"
-            )
-        if failure:
-            raise failure[0]
-        return outcome[0]
-
-    def _call(self, action: Callable[[], T], what: str) -> T:
-        """Run a client call: retry what is retriable, turn fencing into :class:`FencedError`."""
-        for attempt in range(5):
-            try:
-                return action()
-            except (KafkaException, SystemError) as exc:
-                found = kafka_error_of(exc)
-                if found is None:
-                    raise
-                error: KafkaError = found
-                if is_fenced(error):
-                    raise FencedError(
-                        f"slot {self.slot} was fenced during {what}: a newer instance runs its "
-                        "tasks now, so this one stops and its open transaction is discarded"
-                    ) from exc
-                if (error.retriable() or error.code() in TRANSIENT_ERRORS) and attempt < 4:
-                    if error.code() == KafkaError._TIMED_OUT and is_secured(
-                        self.config.client_config
-                    ):
-                        # A missing ACL can look like a timeout: never retry one for minutes.
-                        denied = self.unauthorized(exc)
-                        if denied is not None:
-                            raise denied from exc
-                    log.warning("%s failed (%s); retrying", what, error.str())
-                    time.sleep(0.2 * (attempt + 1))
-                    continue
-                if self.eos and error.txn_requires_abort():
-                    raise StreamsError(
-                        f"{what} failed and the transaction was aborted: {error.str()}"
-                    ) from exc
-                raise StreamsError(f"{what} failed: {error.str()}") from exc
-        raise AssertionError("unreachable")
 
     def _purge_repartition_topics(self) -> None:
         """Delete repartition records below the committed offsets: nobody will read them again."""
@@ -810,37 +741,3 @@ class Worker:
                 per_task.setdefault(str(lag.task), {})[lag.store] = lag.offset_lag
         self.metrics.standby_lags = per_task
         self.metrics.standby_lag = sum(n for stores in per_task.values() for n in stores.values())
-
-
-# Errors a coordinator gives while it moves or loads; the next attempt usually succeeds.
-TRANSIENT_ERRORS = (
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TIMED_OUT,
-    KafkaError.REQUEST_TIMED_OUT,
-)
-
-
-def kafka_error_of(exc: BaseException) -> KafkaError | None:
-    """The Kafka error behind an exception, if any.
-
-    A fatal producer error can surface from inside a delivery callback as a ``SystemError``
-    whose cause is the ``KafkaException``.
-    """
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError):
-            return seen.args[0]
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def is_fenced(error: KafkaError) -> bool:
-    """A newer producer took the transactional id over. (A transactional id the principal may
-    not use is no fencing: that is an authorization error, see fluvial.acls.)"""
-    return error.code() in (
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-    ) or (error.fatal() and "fenced" in error.str().lower())

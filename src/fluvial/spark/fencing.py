@@ -25,13 +25,13 @@ from fluvial.acls import authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import CoPartitioningError, FluvialError
 from fluvial.kafka.security import AuthorizationError
+from fluvial.runtime.client_calls import FencedError, is_fenced, kafka_error_of
 from fluvial.runtime.epoch import (
     DriverEpoch,
     DriverFencedError,
     fenced_message,
     read_driver_record,
 )
-from fluvial.runtime.worker import FencedError, is_fenced, kafka_error_of
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)

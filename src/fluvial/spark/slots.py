@@ -44,10 +44,11 @@ from fluvial.children import fluvial_secret
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
+from fluvial.runtime.client_calls import transactional_id
 from fluvial.runtime.clients import producer_settings
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import copies_worth_taking, standby_root
-from fluvial.runtime.worker import Worker, transactional_id
+from fluvial.runtime.worker import Worker
 from fluvial.spark.fencing import check_current_driver, fatal_slot_error
 from fluvial.topology.topology import Topology
 
