@@ -30,7 +30,6 @@ from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import ConsumedRecord, TaskId
-from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.client_calls import (
@@ -48,6 +47,11 @@ from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.progress import RepartitionProgress, writer_id
+from fluvial.runtime.reporting import (
+    input_lag,
+    record_standby_lag,
+    record_task_counters,
+)
 from fluvial.runtime.restore import Restorer
 from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
@@ -679,52 +683,11 @@ class Worker:
 
     def _refresh_metrics(self) -> None:
         assert self._consumer is not None
-        self.metrics.dropped_records = sum(
-            t.metrics.get(DROPPED_RECORDS) for t in self.tasks.values()
-        )
-        self.metrics.processing_errors = sum(
-            t.metrics.get(PROCESSING_ERRORS) for t in self.tasks.values()
-        )
-        self.metrics.skipped_records = sum(
-            t.metrics.get(DESERIALIZATION_ERRORS) for t in self.tasks.values()
-        )
-        self.metrics.lag = self._input_lag()
-        self.metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in self.tasks.items()}
+        record_task_counters(self.metrics, self.tasks)
+        self.metrics.lag = input_lag(self._consumer, self._task_by_tp, self.metrics.lag)
         self.refresh_standby_lag()
         if self.on_progress is not None:
             self.on_progress(self.metrics)
-
-    def _input_lag(self) -> int:
-        """Input records not processed yet: past the consumer's position, plus those buffered.
-
-        Not the end offset less the processed position: transaction markers take offsets
-        that are never delivered, and a caught-up task would show one record behind per
-        transaction. The consumer's position moves past them.
-        """
-        assert self._consumer is not None
-        tps = list(self._task_by_tp)
-        try:
-            positions = self._consumer.position([TopicPartition(t, p) for t, p in tps])
-        except KafkaException:
-            return self.metrics.lag
-        lag = 0
-        for (topic, partition), fetched in zip(tps, positions, strict=True):
-            task = self._task_by_tp[(topic, partition)]
-            try:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), cached=True
-                )
-            except KafkaException:
-                continue
-            processed = task.committable_offsets().get((topic, partition))
-            if high < 0 or processed is None:
-                continue
-            buffered = task.buffered_in((topic, partition))
-            if fetched.offset >= 0:
-                lag += max(0, high - fetched.offset) + buffered
-            else:
-                lag += max(0, high - processed)
-        return lag
 
     def refresh_standby_lag(self, *, fresh: bool = False) -> None:
         """Record how many changelog records the standby stores have not applied yet.
@@ -735,9 +698,4 @@ class Worker:
         """
         if self.standbys is None:
             return
-        per_task: dict[str, dict[str, int]] = {}
-        for lag in self.standbys.lags(fresh=fresh):
-            if lag.offset_lag is not None:
-                per_task.setdefault(str(lag.task), {})[lag.store] = lag.offset_lag
-        self.metrics.standby_lags = per_task
-        self.metrics.standby_lag = sum(n for stores in per_task.values() for n in stores.values())
+        record_standby_lag(self.metrics, self.standbys, fresh=fresh)

@@ -1,0 +1,72 @@
+"""What a worker reports after each commit: its tasks' counters, its input lag, its standbys' lag.
+
+These read the running tasks and clients and write :class:`~fluvial.runtime.metrics.WorkerMetrics`,
+which the status line, the HTTP endpoint and the Spark driver show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from fluvial.processor.collector import TaskId
+from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
+from fluvial.processor.task import StreamTask
+from fluvial.runtime.metrics import WorkerMetrics
+from fluvial.runtime.standby import StandbyTasks
+
+
+def record_task_counters(metrics: WorkerMetrics, tasks: Mapping[TaskId, StreamTask]) -> None:
+    """Every task's own counters, by task id, and their dropped, failed and skipped records
+    summed."""
+    metrics.dropped_records = sum(t.metrics.get(DROPPED_RECORDS) for t in tasks.values())
+    metrics.processing_errors = sum(t.metrics.get(PROCESSING_ERRORS) for t in tasks.values())
+    metrics.skipped_records = sum(t.metrics.get(DESERIALIZATION_ERRORS) for t in tasks.values())
+    metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in tasks.items()}
+
+
+def input_lag(
+    consumer: Consumer, task_by_tp: Mapping[tuple[str, int], StreamTask], previous: int
+) -> int:
+    """Input records not processed yet: past the consumer's position, plus those buffered.
+
+    Not the end offset less the processed position: transaction markers take offsets
+    that are never delivered, and a caught-up task would show one record behind per
+    transaction. The consumer's position moves past them. ``previous`` when the consumer
+    cannot say its positions.
+    """
+    tps = list(task_by_tp)
+    try:
+        positions = consumer.position([TopicPartition(t, p) for t, p in tps])
+    except KafkaException:
+        return previous
+    lag = 0
+    for (topic, partition), fetched in zip(tps, positions, strict=True):
+        task = task_by_tp[(topic, partition)]
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), cached=True
+            )
+        except KafkaException:
+            continue
+        processed = task.committable_offsets().get((topic, partition))
+        if high < 0 or processed is None:
+            continue
+        buffered = task.buffered_in((topic, partition))
+        if fetched.offset >= 0:
+            lag += max(0, high - fetched.offset) + buffered
+        else:
+            lag += max(0, high - processed)
+    return lag
+
+
+def record_standby_lag(metrics: WorkerMetrics, standbys: StandbyTasks, *, fresh: bool) -> None:
+    """How many changelog records the standby stores have not applied yet, per task and store
+    and in all (see :meth:`fluvial.runtime.worker.Worker.refresh_standby_lag`)."""
+    per_task: dict[str, dict[str, int]] = {}
+    for lag in standbys.lags(fresh=fresh):
+        if lag.offset_lag is not None:
+            per_task.setdefault(str(lag.task), {})[lag.store] = lag.offset_lag
+    metrics.standby_lags = per_task
+    metrics.standby_lag = sum(n for stores in per_task.values() for n in stores.values())
