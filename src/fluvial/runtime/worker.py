@@ -41,7 +41,7 @@ from fluvial.runtime.client_calls import (
 )
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
-from fluvial.runtime.commit_metadata import CommitMetadata, changelog_horizons, needed_offsets
+from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon
@@ -53,6 +53,7 @@ from fluvial.runtime.reporting import (
     record_task_counters,
 )
 from fluvial.runtime.restore import Restorer
+from fluvial.runtime.resume import Committed, read_committed, restore_to_commit, standby_needed
 from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
 from fluvial.state.base import new_tuple
@@ -61,9 +62,6 @@ from fluvial.topology.topology import Topology
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
-# Reading committed offsets is retried (5 attempts): a group the principal may not describe
-# makes the call wait for its coordinator until it times out, and the retry asks why.
-READ_OFFSETS_TIMEOUT_S = 15.0
 MAX_BUFFERED_PER_PARTITION = 5000
 PROCESS_BATCH = 500
 REPARTITION_PURGE_INTERVAL_S = 30.0
@@ -181,7 +179,8 @@ class Worker:
             else None
         )
         self._guard = self._partition_guard()
-        committed = self._read_committed()
+        committed = read_committed(consumer, self._calls, self._all_tps())
+        self._committed.update({tp: offset for tp, (offset, _) in committed.items()})
         # Global tables are complete before any stream task looks anything up in them.
         self.global_tables = GlobalTables(self.topology, self.config)
         self.global_tables.bootstrap()
@@ -210,7 +209,9 @@ class Worker:
                 standby_root(self.state_root, self.slot),
                 self.metrics,
             )
-            self.standbys.start(self._standby_needed())
+            self.standbys.start(
+                standby_needed(consumer, self._calls, self.topology, self.config, self.standbys)
+            )
             self.refresh_standby_lag()
         if self.eos:
             self._producer.begin_transaction()
@@ -229,7 +230,7 @@ class Worker:
         counts: dict[str, int] = {}
         for topic in keyed:
             meta = self._calls.call(lambda t=topic: consumer.list_topics(t, timeout=TIMEOUT_S),
-                              "read topic metadata").topics.get(topic)  # fmt: skip
+                                    "read topic metadata").topics.get(topic)  # fmt: skip
             if meta is not None and meta.error is None and meta.partitions:
                 counts[topic] = len(meta.partitions)
 
@@ -246,24 +247,7 @@ class Worker:
             for topic in subs[task_id.subtopology].source_topics
         )
 
-    def _read_committed(self) -> dict[tuple[str, int], tuple[int, CommitMetadata]]:
-        """(topic, partition) -> (committed offset, what was committed with it)."""
-        assert self._consumer is not None
-        tps = [TopicPartition(t, p) for t, p in self._all_tps()]
-        result: dict[tuple[str, int], tuple[int, CommitMetadata]] = {}
-        if not tps:
-            return result  # a worker with only standby tasks
-        consumer = self._consumer
-        for tp in self._calls.call(lambda: consumer.committed(tps, timeout=READ_OFFSETS_TIMEOUT_S),
-                             "read offsets"):  # fmt: skip
-            if tp.error is not None:
-                raise StreamsError(f"cannot read committed offsets of {tp.topic}: {tp.error}")
-            if tp.offset >= 0:
-                result[(tp.topic, tp.partition)] = (tp.offset, CommitMetadata.decode(tp.metadata))
-                self._committed[(tp.topic, tp.partition)] = tp.offset
-        return result
-
-    def _open_tasks(self, committed: dict[tuple[str, int], tuple[int, CommitMetadata]]) -> None:
+    def _open_tasks(self, committed: Committed) -> None:
         subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
         # Known before the first restore, so progress reads "k of n" with a fixed n.
         self.metrics.stores_to_restore = sum(
@@ -287,33 +271,15 @@ class Worker:
                 # under exactly-once: an at-least-once standby may hold changelog writes past
                 # the committed offsets, which the restore below deliberately leaves out.
                 state.open(adopt=standby_copies(self.state_root, task_id) if self.eos else ())
-                tps = [(t, task_id.partition) for t in task.subtopology.source_topics]
-                metadata = CommitMetadata.latest(committed[tp][1] for tp in tps if tp in committed)
-                if progress is not None:
-                    progress.merge_inputs(task, metadata.writers)
-                # Restore up to the changelog offsets committed with the input offsets: under
-                # at-least-once the changelog may run further, with writes of records that
-                # will be processed again.
-                # Under exactly-once the read_committed changelog is exactly the committed
-                # state, so it is restored to its end.
-                limits = {} if self.eos else dict(metadata.changelog_ends)
-                if not self.eos and not any(tp in committed for tp in tps):
-                    # Nothing committed yet: every input record will be processed again, so
-                    # no changelog record belongs to the committed state.
-                    limits = {tp: 0 for tp in task.changelog_partitions().values()}
-                has_commit = any(tp in committed for tp in tps)
-                needed = needed_offsets(task, metadata) if has_commit else {}
-                ends = restorer.restore(task, state, limits, needed)
+                metadata, horizons = restore_to_commit(
+                    task, state, committed, restorer, progress, exactly_once=self.eos
+                )
                 self._changelog_committed.update(metadata.changelog_ends)
-                self._horizons.update(changelog_horizons(task, ends, metadata))
-                stream_time = metadata.stream_time
-                if stream_time >= 0:
-                    # Operators that emit on window close must know what was final already.
-                    task.resume_stream_time(stream_time)
+                self._horizons.update(horizons)
                 task.initialize()
                 self.tasks[task_id] = task
-                for tp in tps:
-                    self._task_by_tp[tp] = task
+                for topic in task.subtopology.source_topics:
+                    self._task_by_tp[(topic, task_id.partition)] = task
                 self._announce(task_id, RUNNING)
         finally:
             restorer.close()
@@ -321,26 +287,6 @@ class Worker:
     def _announce(self, task_id: TaskId, event: int) -> None:
         if self.task_listener is not None:
             self.task_listener(self.slot, task_id, event)
-
-    def _standby_needed(self) -> dict[tuple[str, int], int]:
-        """What the active tasks' committed state needs of the standby tasks' changelogs."""
-        assert self._consumer is not None and self.standbys is not None
-        subs = {s.id: s for s in self.topology.subtopologies(self.config.application_id)}
-        needed: dict[tuple[str, int], int] = {}
-        for task_id, task in self.standbys.tasks.items():
-            tps = [
-                TopicPartition(t, task_id.partition)
-                for t in subs[task_id.subtopology].source_topics
-            ]
-            consumer = self._consumer
-            found = self._calls.call(
-                lambda c=consumer, q=tps: c.committed(q, timeout=READ_OFFSETS_TIMEOUT_S),
-                "read offsets",
-            )
-            committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
-            if committed:
-                needed.update(needed_offsets(task, CommitMetadata.latest(committed)))
-        return needed
 
     def close(self, *, clean: bool = True) -> None:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
