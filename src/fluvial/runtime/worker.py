@@ -31,6 +31,7 @@ from fluvial.errors import StreamsError
 from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.task import StreamTask
+from fluvial.runtime.backpressure import Backpressure
 from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.client_calls import (
     ClientCalls,
@@ -62,7 +63,6 @@ from fluvial.topology.topology import Topology
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
-MAX_BUFFERED_PER_PARTITION = 5000
 PROCESS_BATCH = 500
 REPARTITION_PURGE_INTERVAL_S = 30.0
 
@@ -107,7 +107,7 @@ class Worker:
         self.tasks: dict[TaskId, StreamTask] = {}
         self.task_states: dict[TaskId, TaskState] = {}
         self._task_by_tp: dict[tuple[str, int], StreamTask] = {}
-        self._paused: set[tuple[str, int]] = set()
+        self._backpressure = Backpressure()
         self._producer: Producer | None = None
         self._calls = ClientCalls(slot, config, self.unauthorized)
         self._consumer: Consumer | None = None
@@ -200,7 +200,7 @@ class Worker:
                 for t, p in self._all_tps()
             ]
         )
-        self._paused.clear()
+        self._backpressure.paused.clear()
         if self.standby_task_ids:
             self.standbys = StandbyTasks(
                 self.topology,
@@ -457,7 +457,7 @@ class Worker:
             self._dirty = True
         if self.standbys is not None:
             self.metrics.standby_applied += self.standbys.poll()
-        self._apply_backpressure()
+        self._backpressure.apply(self._consumer, self._task_by_tp)
         if self._commit_due():
             self.commit()
 
@@ -473,23 +473,6 @@ class Worker:
                 self._dirty = True
         assert self._collector is not None
         self.metrics.records_out = self._records_out_base + self._collector.records_out
-
-    def _apply_backpressure(self) -> None:
-        """Pause partitions whose buffer is full; resume them once it drains."""
-        assert self._consumer is not None
-        to_pause, to_resume = [], []
-        for tp, task in self._task_by_tp.items():
-            depth = task.backpressure_depth(tp)
-            if depth > MAX_BUFFERED_PER_PARTITION and tp not in self._paused:
-                to_pause.append(tp)
-            elif depth < MAX_BUFFERED_PER_PARTITION // 2 and tp in self._paused:
-                to_resume.append(tp)
-        if to_pause:
-            self._consumer.pause([TopicPartition(t, p) for t, p in to_pause])
-            self._paused.update(to_pause)
-        if to_resume:
-            self._consumer.resume([TopicPartition(t, p) for t, p in to_resume])
-            self._paused.difference_update(to_resume)
 
     def _commit_due(self) -> bool:
         elapsed_ms = (time.monotonic() - self._last_commit) * 1000
