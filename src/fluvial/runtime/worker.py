@@ -23,7 +23,6 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
@@ -40,7 +39,7 @@ from fluvial.runtime.client_calls import (
     kafka_error_of,
     transactional_id,
 )
-from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
+from fluvial.runtime.clients import consumer_settings, producer_settings
 from fluvial.runtime.collector import KafkaRecordCollector
 from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.copartition_guard import PartitionGuard
@@ -48,6 +47,7 @@ from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.progress import RepartitionProgress, writer_id
+from fluvial.runtime.purge import RepartitionPurge
 from fluvial.runtime.reporting import (
     input_lag,
     record_standby_lag,
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 PROCESS_BATCH = 500
-REPARTITION_PURGE_INTERVAL_S = 30.0
 
 
 class Worker:
@@ -116,11 +115,10 @@ class Worker:
         self._collector: KafkaRecordCollector | None = None
         self._dirty = False
         self._last_commit = time.monotonic()
-        self._last_purge = time.monotonic()
+        self._purge = RepartitionPurge(config)
         self._records_out_base = 0
         self._committed: dict[tuple[str, int], int] = {}
         self._repartition_topics: set[str] = set()
-        self._admin: AdminClient | None = None
         self._changelog_committed: dict[tuple[str, int], int] = {}
         # Window and session changelogs: the lowest offset each store may still need.
         self._horizons: dict[tuple[str, int], ChangelogHorizon] = {}
@@ -293,7 +291,7 @@ class Worker:
         try:
             if clean and self._producer is not None:
                 self.commit(force=True)
-                self._purge_repartition_topics()
+                self._purge.purge(self._committed, self._repartition_topics)
         finally:
             for task_id in self.task_states:
                 self._announce(task_id, STARTING)
@@ -570,29 +568,8 @@ class Worker:
         self._last_commit = time.monotonic()
         self.metrics.record_commit(time.monotonic() - started)
         self._refresh_metrics()
-        if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
-            self._purge_repartition_topics()
-
-    def _purge_repartition_topics(self) -> None:
-        """Delete repartition records below the committed offsets: nobody will read them again."""
-        self._last_purge = time.monotonic()
-        purge = [
-            TopicPartition(t, p, off)
-            for (t, p), off in self._committed.items()
-            if t in self._repartition_topics and off > 0
-        ]
-        if not purge:
-            return
-        if self._admin is None:
-            self._admin = AdminClient(admin_settings(self.config))
-        try:
-            futures = self._admin.delete_records(purge, request_timeout=10)
-            for future in futures.values():
-                future.result()
-        except Exception as exc:  # purging is housekeeping: never fail processing for it
-            log.warning("could not purge repartition records: %s", exc)
-        # Serves the admin client's librdkafka log lines (they reach Python logging on poll).
-        self._admin.poll(0)
+        if self._purge.due():
+            self._purge.purge(self._committed, self._repartition_topics)
 
     def _metadata(self, task: StreamTask) -> str:
         ends = {
