@@ -3,6 +3,12 @@
 The whole read-process-write loop and the commit sequence live here, so a reader can follow
 them start to finish. A worker knows nothing of threads, processes or Spark: an engine decides
 where and when :meth:`Worker.run_for` is called.
+
+What changes for other reasons lives beside it: where tasks resume from their last commit
+(:mod:`~fluvial.runtime.resume`), what a commit carries (:mod:`~fluvial.runtime.commit_metadata`),
+how Kafka client calls are retried and bounded (:mod:`~fluvial.runtime.client_calls`),
+backpressure (:mod:`~fluvial.runtime.backpressure`), the repartition purge
+(:mod:`~fluvial.runtime.purge`) and what the worker reports (:mod:`~fluvial.runtime.reporting`).
 """
 
 from __future__ import annotations
