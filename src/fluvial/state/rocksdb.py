@@ -14,7 +14,7 @@ object keeps the database open, so an abandoned generator must not be able to ho
 
 Another process can read a store that a task has open: :meth:`open_secondary` opens it as a
 RocksDB *secondary* instance, which reads the task's files and sees its writes up to the last
-:meth:`catch_up` (the reader process of interactive queries, :mod:`fluvial.runtime.reader`).
+:meth:`catch_up` (the reader process of interactive queries, :mod:`fluvial.iq.reader`).
 """
 
 from __future__ import annotations
