@@ -162,13 +162,24 @@ class Progress:
             for partition in topic.partitions:
                 if (name, partition) in known:
                     continue
-                self._watched.append(TopicPartition(name, partition))
                 if initial:
-                    _low, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(name, partition), timeout=10
-                    )
+                    high = self._initial_end(TopicPartition(name, partition))
+                    if high is None:
+                        continue  # a topic on its way out (an earlier run's): nothing to watch
                     self._baseline[(name, partition)] = high
+                self._watched.append(TopicPartition(name, partition))
         self._topics_checked = time.monotonic()
+
+    def _initial_end(self, tp: TopicPartition) -> int | None:
+        """The end offset of a topic that exists before the system starts, or None when the
+        broker keeps refusing it (a leader moving, the topic being deleted)."""
+        for attempt in range(5):
+            try:
+                _low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
+                return int(high)
+            except KafkaException:
+                time.sleep(0.2 * (attempt + 1))
+        return None
 
     def input_ends(self) -> int:
         total = 0
