@@ -180,7 +180,11 @@ def _command(pid: int) -> str:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return "?"
-    return _short([a.decode(errors="replace") for a in argv if a])
+    args = [a.decode(errors="replace") for a in argv if a]
+    if args and os.path.basename(args[0]) == "setpriv" and "--" in args:
+        # Read before setpriv ran the command (a loaded machine): name the command itself.
+        args = args[args.index("--") + 1 :]
+    return _short(args)
 
 
 def _start_time(pid: int) -> str | None:

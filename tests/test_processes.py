@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from tests import processes
 from tests.processes import _stat
@@ -100,3 +102,19 @@ def test_run_stops_the_process_on_timeout_and_returns_output_otherwise() -> None
     else:
         raise AssertionError("run did not time out")
     assert time.monotonic() - started < processes.GRACE_S
+
+
+def test_a_process_caught_before_setpriv_ran_it_is_named_by_its_command() -> None:
+    """On a loaded machine stop_all can read a process while it is still the setpriv wrapper:
+    the name it reports is the command the test started all the same."""
+    script = "import time; time.sleep(60)"
+    # A process whose command line is the wrapper's, as seen before it executes the command.
+    wrapper = subprocess.Popen(["bash", "-c", f'exec -a setpriv {sys.executable} -c "{script}" '
+                                "--pdeathsig KILL -- sleep 300"])  # fmt: skip
+    try:
+        wait_for(lambda: b"--pdeathsig" in Path(f"/proc/{wrapper.pid}/cmdline").read_bytes(),
+                 "the wrapper's command line")  # fmt: skip
+        assert processes._command(wrapper.pid) == "sleep 300"
+    finally:
+        wrapper.kill()
+        wrapper.wait(30)
