@@ -185,15 +185,22 @@ def nexmark_markdown(runs: list[Run]) -> list[str]:
     for r in nexmark:
         cached = r["system"].endswith("+cache")
         by[(r["query"], r["guarantee"], cached, r["system"].removesuffix("+cache"))] = r
-    for query, guarantee, cached in sorted(
-        {k[:3] for k in by}, key=lambda k: (int(k[0][1:]), k[1], k[2])
+    # One row per fluvial engine that ran (the local engine, the Spark engine, or both).
+    engines = sorted({k[3] for k in by if k[3].startswith("fluvial-")}) or ["fluvial-local"]
+    for query, guarantee, cached, engine in sorted(
+        {(*k[:3], e) for k in by for e in engines}, key=lambda k: (int(k[0][1:]), k[1], k[2], k[3])
     ):
-        ours = by.get((query, guarantee, cached, "fluvial-local"))
+        ours = by.get((query, guarantee, cached, engine))
         theirs = by.get((query, guarantee, cached, "kafka-streams"))
+        if ours is None and len(engines) > 1:
+            continue
         flink = next(
             (r.get("flink_per_core_events_per_s") for r in nexmark if r["query"] == query), None
         )
-        cells = [query, guarantee.replace("_v2", ""), "on" if cached else "off"]
+        label = (
+            query if engine == "fluvial-local" else f"{query} ({engine.removeprefix('fluvial-')})"
+        )
+        cells = [label, guarantee.replace("_v2", ""), "on" if cached else "off"]
         cells += [
             f"{ours['throughput_rps']:,.0f}" if ours else "",
             f"{theirs['throughput_rps']:,.0f}" if theirs else "",
@@ -454,15 +461,17 @@ def write_report(files: list[Path], out: Path, history: Path | None = None) -> P
     runs = [r for _env, rs in docs for r in rs]
     caption = one_line(docs[-1][0])
     plots = []
-    for name, plot in (
-        ("throughput", plot_throughput),
-        ("eos-overhead", plot_eos_overhead),
-        ("latency", plot_latency),
-        ("engines", plot_engines),
-        ("nexmark", plot_nexmark),
+    # Nexmark runs have a plot of their own: one bar group per query would bury the workloads'.
+    workloads = [r for r in runs if not r.get("query")]
+    for name, plot, shown in (
+        ("throughput", plot_throughput, workloads),
+        ("eos-overhead", plot_eos_overhead, workloads),
+        ("latency", plot_latency, runs),
+        ("engines", plot_engines, runs),
+        ("nexmark", plot_nexmark, runs),
     ):
         path = out / f"{name}.png"
-        if plot(runs, caption, path):
+        if plot(shown, caption, path):
             plots.append(str(path))
     entries = update_history(history, docs) if history is not None else None
     report = out / "report.md"
