@@ -86,7 +86,13 @@ def _wait_for_leaders(admin: AdminClient, expected: dict[str, int], timeout_s: f
     deadline = time.monotonic() + timeout_s
     missing: list[str] = list(expected)
     while time.monotonic() < deadline:
-        metadata = admin.list_topics(timeout=5)
+        try:
+            metadata = admin.list_topics(timeout=5)
+        except KafkaException as error:
+            if error.args[0].retriable() or "Timed out" in error.args[0].str():
+                time.sleep(0.5)  # a slow answer is not a missing topic: ask again
+                continue
+            raise
         missing = []
         for name in expected:
             topic = metadata.topics.get(name)
