@@ -28,20 +28,39 @@ pytestmark = [pytest.mark.kafka]
 
 
 def committed(bootstrap: str, group: str, topic: str) -> TopicPartition:
-    """The group's committed offset and metadata; retried while the coordinator is loading."""
+    """The group's committed offset and metadata of partition 0 (see :func:`committed_all`)."""
+    return committed_all(bootstrap, group, topic, 1)[0]
+
+
+def committed_all(bootstrap: str, group: str, topic: str, partitions: int) -> list[TopicPartition]:
+    """The group's committed offsets and metadata per partition; retried while the coordinator
+    is loading."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        return wait_until(lambda: _committed(consumer, topic), 30, "the group coordinator")
+        return wait_until(lambda: _committed(consumer, topic, partitions), 30,
+                          "the group coordinator")  # fmt: skip
     finally:
         consumer.close()
 
 
-def _committed(consumer: Consumer, topic: str) -> TopicPartition | None:
+def _committed(consumer: Consumer, topic: str, partitions: int) -> list[TopicPartition] | None:
     try:
-        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        return consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     except KafkaException:  # NOT_COORDINATOR or loading on a fresh cluster: ask again
         return None
-    return tp
+
+
+def count_clicks(source: str, out: str) -> StreamsBuilder:
+    """Clicks counted per page into the store ``counts``, the counts written to ``out``."""
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
+        .group_by_key()
+        .count(materialized=Materialized.as_("counts"))
+        .to_stream()
+        .to(out, value_serde=serdes.long())
+    )
+    return builder
 
 
 def test_committed_changelog_ends_include_the_intervals_last_writes(
@@ -53,14 +72,7 @@ def test_committed_changelog_ends_include_the_intervals_last_writes(
         producer.produce(source, key=f"page-{i % 6}".encode(), value=b"x", partition=0)
     assert producer.flush(30) == 0
 
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
-        .group_by_key()
-        .count(materialized=Materialized.as_("counts"))
-        .to_stream()
-        .to(out, value_serde=serdes.long())
-    )
+    builder = count_clicks(source, out)
     app_id = unique_name("app")
     # With the record cache on, the counts reach the changelog only when the cache is flushed,
     # right before the offsets are committed.
@@ -94,14 +106,7 @@ def test_exactly_once_commits_each_changelog_partitions_end_and_every_state_chan
         producer.produce(source, key=f"page-{i % 7}".encode(), value=b"x", timestamp=base + i)
         if i == records // 2:
             assert producer.flush(30) == 0  # a backlog, then the rest while it runs
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=serdes.string(), value_serde=serdes.string())
-        .group_by_key()
-        .count(materialized=Materialized.as_("counts"))
-        .to_stream()
-        .to(out, value_serde=serdes.long())
-    )
+    builder = count_clicks(source, out)
     app_id = unique_name("app")
     # No record cache: every update is a changelog record, many per partition per commit.
     config = StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
@@ -110,13 +115,7 @@ def test_exactly_once_commits_each_changelog_partitions_end_and_every_state_chan
     changelog = f"{app_id}-counts-changelog"
 
     def offsets() -> int:
-        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
-        try:
-            tps = consumer.committed([TopicPartition(source, p) for p in range(partitions)], 10)
-        except KafkaException:
-            return -1
-        finally:
-            consumer.close()
+        tps = committed_all(bootstrap_servers, app_id, source, partitions)
         return sum(max(tp.offset, 0) for tp in tps)
 
     with Application(builder.build(), config) as app:
@@ -124,13 +123,7 @@ def test_exactly_once_commits_each_changelog_partitions_end_and_every_state_chan
         wait_until(lambda: offsets() == records, 90, "every input offset to be committed")
     app.raise_if_failed()
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
-    try:
-        committed_tps = consumer.committed(
-            [TopicPartition(source, p) for p in range(partitions)], timeout=10
-        )
-    finally:
-        consumer.close()
+    committed_tps = committed_all(bootstrap_servers, app_id, source, partitions)
     ends: dict[tuple[str, int], int] = {}
     for tp in committed_tps:
         ends.update(CommitMetadata.decode(tp.metadata).changelog_ends)
