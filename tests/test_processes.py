@@ -112,7 +112,8 @@ def test_a_process_caught_before_setpriv_ran_it_is_named_by_its_command() -> Non
     wrapper = subprocess.Popen(["bash", "-c", f'exec -a setpriv {sys.executable} -c "{script}" '
                                 "--pdeathsig KILL -- sleep 300"])  # fmt: skip
     try:
-        wait_for(lambda: b"--pdeathsig" in Path(f"/proc/{wrapper.pid}/cmdline").read_bytes(),
+        # bash's own command line also holds "--pdeathsig": wait for the exec, not the word.
+        wait_for(lambda: Path(f"/proc/{wrapper.pid}/cmdline").read_bytes().startswith(b"setpriv\0"),
                  "the wrapper's command line")  # fmt: skip
         assert processes._command(wrapper.pid) == "sleep 300"
     finally:
