@@ -54,7 +54,12 @@ def test_caching_coalesces_revisions_but_not_final_values(windowed, store_type):
     assert len(uncached) == len(RECORDS)
     assert len(cached) < len(uncached)
     assert dict(cached) == dict(uncached)
-    assert len(cached_log) < len(uncached_log), "the changelog is coalesced too"
+    if store_type == "in_memory":
+        assert len(cached_log) < len(uncached_log), "the changelog is coalesced too"
+    else:
+        # A persistent store's changelog holds each key's last write per commit, cache or not
+        # (a cache may still drop a window that expired before its flush).
+        assert len(cached_log) <= len(uncached_log) < len(RECORDS)
 
 
 def test_cache_of_zero_bytes_turns_caching_off():
@@ -106,7 +111,10 @@ def test_emit_on_close_with_a_cache_emits_the_same_results_and_folds_the_changel
     assert cached == uncached
     assert cached == [("a@0", 3), ("b@0", 1), ("a@5", 1), ("b@5", 3), ("c@5", 1), ("a@10", 1),
                       ("c@10", 1), ("d@10", 1)]  # fmt: skip
-    assert len(cached_log) < len(uncached_log), "the changelog is folded per commit"
+    if store_type == "in_memory":
+        assert len(cached_log) < len(uncached_log), "the changelog is folded per commit"
+    else:  # a persistent store folds it per commit with or without the cache
+        assert len(cached_log) <= len(uncached_log) < len(RECORDS) + 1
 
 
 def session_counts(caching: bool, store_type: str):

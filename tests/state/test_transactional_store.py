@@ -35,6 +35,8 @@ def test_abort_drops_uncommitted_writes(make_kv, attach_changelog):
     store.delete(b"kept")
     assert store.get(b"a") == b"1" and store.get(b"kept") is None, "reads see the buffer"
     assert inner.get(b"a") is None and inner.get(b"kept") == b"0", "the store does not"
+    assert log == [], "changelog records go out when the transaction's writes are complete"
+    store.log_changes()
     assert log == [ChangelogRecord(b"a", b"1", 5), ChangelogRecord(b"kept", None, 0)]
     store.abort()
     assert store.get(b"a") is None
@@ -126,6 +128,60 @@ def test_composes_under_timestamped_and_caching_layers(make_kv, attach_changelog
     assert inner.committed_offset == 3
 
 
+def test_the_changelog_gets_each_keys_last_write_per_transaction_and_rebuilds_what_commit_applied(
+    make_kv, attach_changelog
+):
+    """A key updated many times in one transaction costs one changelog record, its last write;
+    replaying the changelog rebuilds exactly the store that the commits produced."""
+    inner = make_kv("tx")
+    store = TransactionalKeyValueStore(inner)
+    log = attach_changelog(store)
+    rng = random.Random(4)
+    for transaction in range(5):
+        sent_before = len(log)
+        for step in range(200):
+            key = f"k{rng.randrange(6)}".encode()
+            if rng.random() < 0.1:
+                store.delete(key)
+            else:
+                store.put(key, f"{transaction}.{step}".encode(), timestamp_ms=step)
+        store.flush()  # the commit cycle's flush: every write of the transaction is made
+        sent = log[sent_before:]
+        assert len(sent) == len({r.key for r in sent}) <= 6, "one record per key written"
+        assert sent == [ChangelogRecord(k, store.get(k), r.timestamp_ms) for r in sent
+                        for k in [r.key]], "each the key's last write"  # fmt: skip
+        store.commit(len(log))
+    replayed = make_kv("replayed")
+    replayed.restore(log)
+    assert list(replayed.all()) == list(inner.all())
+
+
+def test_writes_after_a_flush_reach_the_changelog_and_commit_refuses_unsent_ones(
+    make_kv, attach_changelog
+):
+    store = TransactionalKeyValueStore(make_kv())
+    log = attach_changelog(store)
+    store.put(b"a", b"1")
+    store.flush()
+    store.put(b"a", b"2")  # e.g. a later store's cache flush writing into this one
+    with pytest.raises(RuntimeError, match="never sent"):
+        store.commit(1)  # applying it would keep a write the changelog never got
+    store.log_changes()
+    assert log == [ChangelogRecord(b"a", b"1", 0), ChangelogRecord(b"a", b"2", 0)]
+    store.commit(2)
+    assert store.inner.get(b"a") == b"2"
+
+
+def test_versions_of_one_key_are_logged_apart(make_versioned, attach_changelog):
+    store = TransactionalVersionedKeyValueStore(make_versioned(history_retention_ms=1000))
+    log = attach_changelog(store)
+    store.put(b"k", b"a", 10)
+    store.put(b"k", b"b", 20)
+    store.put(b"k", b"c", 10)  # replaces the version at 10
+    store.flush()
+    assert log == [ChangelogRecord(b"k", b"b", 20), ChangelogRecord(b"k", b"c", 10)]
+
+
 CRASHING_WRITER = textwrap.dedent(
     """
     import os, sys
@@ -193,6 +249,7 @@ def test_window_abort_rewinds_stream_time_and_sequence(make_window, attach_chang
     store = TransactionalWindowStore(inner)
     log = attach_changelog(store)
     store.put(b"k", b"a", 100)
+    store.log_changes()
     store.commit(0)
     store.put(b"k", b"b", 5000)  # would expire start 100
     assert list(store.fetch_range(b"k", 0, 10_000)) == [(5000, b"b")]
@@ -200,9 +257,9 @@ def test_window_abort_rewinds_stream_time_and_sequence(make_window, attach_chang
     assert store.observed_stream_time == 100
     assert list(store.fetch_range(b"k", 0, 10_000)) == [(100, b"a")]
     store.put(b"k", b"c", 100)
-    assert parse_window_store_key(log[-1].key)[2] == parse_window_store_key(log[-2].key)[2] == 2, (
-        "the aborted sequence number is reused"
-    )
+    store.log_changes()
+    assert [r.value for r in log] == [b"a", b"c"], "an aborted write never reaches the changelog"
+    assert parse_window_store_key(log[-1].key)[2] == 2, "the aborted sequence number is reused"
     store.commit(1)
     assert list(inner.fetch_range(b"k", 0, 1000)) == [(100, b"a"), (100, b"c")]
 

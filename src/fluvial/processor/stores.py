@@ -60,7 +60,8 @@ class StoreStack:
     - ``store``: the outermost layer, which processors and queries are given.
 
     The changelog listener is wired to ``store``: each layer below hands its writes up through
-    the listener it was given when the layer above was built.
+    the listener it was given when the layer above was built. A transactional layer hands them
+    over at the task's flush, the last write of each key once (:mod:`fluvial.state.transactional`).
     """
 
     __slots__ = ("spec", "bottom", "transactional", "cache", "raw", "store")

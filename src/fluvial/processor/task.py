@@ -762,6 +762,11 @@ class StreamTask:
                 store.flush()
         finally:
             self._flushing = False
+        # A store flushed early in the loop may have been written since by a later cache's
+        # flush: the last changelog records go out now, when nothing writes any more.
+        for stack in self.store_stacks.values():
+            if stack.transactional is not None:
+                stack.transactional.log_changes()
         self.commit_requested = False
 
     def committable_offsets(self) -> dict[TopicPartition, int]:

@@ -6,8 +6,12 @@ costs time in proportion to the state size. A transactional store instead keeps 
 the open transaction in a buffer layered over the store:
 
 - reads see the buffer first, then the store; iteration merges both in the store's order;
-- the change listener fires at write time, as for any store: the runtime produces the changelog
-  record inside the open Kafka transaction;
+- changelog records are sent when the transaction's writes are complete, not at write time:
+  :meth:`TransactionalStore.log_changes` (called by :meth:`TransactionalStore.flush` and by the
+  task's flush, before the Kafka commit) hands the change listener the last write of each store
+  key since the previous call, so the runtime produces them inside the open Kafka transaction.
+  A key updated a thousand times in one commit interval costs one changelog record, not a
+  thousand; what a restore rebuilds is the same, since it keeps only the last write per key;
 - :meth:`TransactionalStore.commit` (called *after* the Kafka transaction committed) applies the
   buffer to the store together with the changelog offset it reaches, in one atomic RocksDB write;
 - :meth:`TransactionalStore.abort` drops the buffer;
@@ -17,7 +21,8 @@ the open transaction in a buffer layered over the store:
 The buffer is keyed by the store's own key layout and keeps the last write per key in the order
 of writes, so at commit it is handed to the store as changelog records through
 :meth:`~fluvial.state.StateStore.apply_committed`, the same path restoration takes. One mechanism
-therefore serves every store type; only the read merge differs per type.
+therefore serves every store type; only the read merge differs per type. The changelog gets the
+same records in the same order, so a restore from it rebuilds exactly what each commit applied.
 
 The buffer is bounded by asking, not by spilling: once it holds ``max_uncommitted_bytes``,
 :attr:`TransactionalStore.commit_needed` turns true and the runtime should commit early. Spilling
@@ -34,7 +39,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fluvial.state.base import ChangelogRecord, KeyValueStore, new_tuple
+from fluvial.state.base import ChangeListener, ChangelogRecord, KeyValueStore, new_tuple
 from fluvial.state.caching import ENTRY_OVERHEAD, _merge
 from fluvial.state.versioned import Version, VersionedKeyValueStore
 
@@ -62,6 +67,47 @@ class TransactionalStore:
         self.uncommitted_bytes = 0
         # Last write per store key, in write order (re-writing a key moves it to the end).
         self._pending: dict[Hashable, ChangelogRecord] = {}
+        # The changelog records not yet handed to the change listener, in the same order.
+        self._unlogged: dict[Hashable, ChangelogRecord] = {}
+        self._changelog: ChangeListener | None = None
+
+    def set_change_listener(self, listener: ChangeListener | None) -> None:
+        """Hand ``listener`` the changelog records at :meth:`log_changes`, not at write time."""
+        self._changelog = listener
+
+    def log_changes(self) -> None:
+        """Send the last write of each store key since the previous call to the change listener.
+
+        The commit cycle calls it (through :meth:`flush` and the task's flush) once every write
+        of the transaction is made and before the Kafka transaction commits.
+        """
+        unlogged = self._unlogged
+        if not unlogged:
+            return
+        listener = self._changelog
+        records = list(unlogged.values())
+        unlogged.clear()
+        if listener is not None:
+            for record in records:
+                listener(record)
+
+    def _log(self, key: bytes, value: bytes | None, timestamp_ms: int) -> None:
+        # The stores' own write path (sessions, versions) logs here: keep it for log_changes.
+        self._log_later(
+            self._log_slot(key, timestamp_ms), ChangelogRecord(key, value, timestamp_ms)
+        )
+
+    def _log_slot(self, key: bytes, timestamp_ms: int) -> Hashable:
+        """Which logged records a later one replaces: by default those of the same store key."""
+        return key
+
+    def _log_later(self, slot: Hashable, record: ChangelogRecord) -> None:
+        if self._changelog is None:
+            return
+        unlogged = self._unlogged
+        if slot in unlogged:
+            del unlogged[slot]  # the newer record goes to the end: the last write is logged last
+        unlogged[slot] = record
 
     # -- the transaction ---------------------------------------------------------------------
 
@@ -70,6 +116,12 @@ class TransactionalStore:
 
         Call it once the Kafka transaction holding the buffer's changelog records committed.
         """
+        if self._unlogged:
+            # Applying writes the changelog never got would lose them on the next restore.
+            raise RuntimeError(
+                f"state store {self.inner.name!r}: {len(self._unlogged)} changelog record(s) "
+                "were never sent; log_changes() must run before the Kafka commit"
+            )
         # One atomic write of data and offset, synced: the only sync of a commit.
         self.inner.apply_committed(list(self._pending.values()), changelog_offset)
         self._unsynced = False
@@ -123,8 +175,10 @@ class TransactionalStore:
         """Make committed state durable; uncommitted writes stay buffered until :meth:`commit`.
 
         :meth:`commit` already syncs the store with its offset, so a flush in the commit cycle
-        has nothing to do; only a restore or a recorded offset since then is synced here.
+        has nothing to do; only a restore or a recorded offset since then is synced here. The
+        writes so far go to the changelog (:meth:`log_changes`).
         """
+        self.log_changes()
         if self._unsynced:
             self.inner.flush()
             self._unsynced = False
@@ -181,6 +235,7 @@ class TransactionalStore:
 
     def _drop(self, committed: bool) -> None:
         self._pending.clear()
+        self._unlogged.clear()
         self.uncommitted_bytes = 0
         self._clear_overlay()
         self._sync(committed)
@@ -227,8 +282,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
         # One record, buffered and logged: the changelog carries exactly what commit applies.
         record: ChangelogRecord = new_tuple(ChangelogRecord, (key, stored, timestamp_ms))
         self._buffer(key, record)
-        if self._listener is not None:
-            self._listener(record)
+        self._log_later(key, record)
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
@@ -270,6 +324,9 @@ class TransactionalVersionedKeyValueStore(TransactionalStore, VersionedKeyValueS
     def approximate_num_entries(self) -> int:
         count: int = self.inner.approximate_num_entries()
         return count + len(self._pending)
+
+    def _log_slot(self, key: bytes, timestamp_ms: int) -> Hashable:
+        return key, timestamp_ms  # each version is its own entry
 
     def _floor(self, key: bytes, timestamp_ms: int) -> Version | None:
         stored = self.inner._floor(key, timestamp_ms)

@@ -67,8 +67,11 @@ class TransactionalWindowStore(TransactionalStore, WindowStore):
         if windows is None:
             windows = self._by_key[key] = {}
         windows[(window_start_ms, seqnum)] = value
-        if self._listener is not None:
-            self._listener(record)
+        if self._changelog is not None:  # _log_later, written out inline
+            unlogged = self._unlogged
+            if store_key in unlogged:
+                del unlogged[store_key]
+            unlogged[store_key] = record
 
     def fetch(self, key: bytes, window_start_ms: int) -> bytes | None:
         if not self._opened:
