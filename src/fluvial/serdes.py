@@ -416,6 +416,24 @@ class _TimeWindowedSerde(Serde[Windowed[Any]]):
             raise self._deserialize_error(topic, data, exc) from exc
 
 
+def builtin_time_windowed_inner(serde: Serde[Any] | None) -> Serde[Any] | None:
+    """The inner serde of a time-windowed ``serde`` over a built-in string, number or JSON serde
+    (which raise their own errors and whose bytes never depend on the topic), else ``None``.
+    Such a serde writes a windowed key as the inner bytes, then the 8-byte window start."""
+    if type(serde) is not _TimeWindowedSerde:
+        return None
+    inner = serde.inner
+    return inner if type(inner) in _TOPIC_FREE else None
+
+
+def same_bytes(a: Serde[Any], b: Serde[Any] | None) -> bool:
+    """Whether two serdes write the same bytes for every object, on any topic."""
+    return a is b or (type(a) is type(b) and type(a) in _TOPIC_FREE and a.name == b.name)  # type: ignore[union-attr]
+
+
+_TOPIC_FREE = (_StringSerde, _FixedWidthSerde, _JsonSerde)
+
+
 def time_windowed(inner: Serde[K], window_size_ms: int) -> Serde[Windowed[K]]:
     """Keys of time windows: inner key bytes, then the 8-byte big-endian window start.
 

@@ -127,6 +127,16 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             self._emitted_up_to = self._last_closed_start(stream_time)
         # Without a cache every update is forwarded at once, counted here as a plain int.
         self._forward_now = self.forwarder.enabled and not self.forwarder.cached
+        # Straight to the sink when to_stream() alone leads there: no Windowed, Change or Record
+        # per update, and the key bytes made once for the store and the output.
+        find_writer = getattr(context, "windowed_writer", None)
+        self._sink_write = (
+            find_writer(self.key_serde)
+            if self._forward_now
+            and find_writer is not None
+            and isinstance(self.windows, TimeWindows)
+            else None
+        )
         self.revisions = 0
         context.metrics.register(REVISIONS_EMITTED, lambda: self.revisions)
         # The windows of recent records: equal windows are one object, made once.
@@ -185,7 +195,10 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         new_bytes = self.value_serde.serialize(None, new)
         stored = None if new_bytes is None else to_timestamped_bytes(new_bytes, timestamp)
         self.store.put(key_bytes, stored, start, timestamp)  # None: the window is gone
-        if self._forward_now:
+        if self._sink_write is not None:
+            self._sink_write(record.key, key_bytes, start, new, timestamp)
+            self.revisions += 1
+        elif self._forward_now:
             window = self._recent_windows.get(start)
             if window is None:
                 if len(self._recent_windows) >= 64:

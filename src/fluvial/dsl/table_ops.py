@@ -149,6 +149,9 @@ class TableMapValuesProcessor(Processor[Any, Any]):
 class TableToStreamProcessor(FusableProcessor):
     """The table's changelog as a stream: the new value of each change (``None`` = tombstone)."""
 
+    # All it does: a windowed aggregate may write through it (NodeContext.windowed_writer).
+    passes_new_values = True
+
     def fuse(self, downstream: Step) -> Step:
         def to_stream(key: Any, change: Change[Any], origin: Record[Any, Any]) -> None:
             downstream(key, change.new_value, origin)

@@ -26,6 +26,9 @@ class NodeHost(Protocol):
     commit_requested: bool
 
     @property
+    def guarded(self) -> bool: ...
+
+    @property
     def application_id(self) -> str: ...
 
     @property
@@ -156,6 +159,22 @@ class NodeContext:
             )
         for child in self._node.children:
             child.process(record)
+
+    def windowed_writer(self, key_serde: Any) -> Any:
+        """For a DSL windowed aggregate: the direct write of its sink
+        (:meth:`~fluvial.processor.nodes.SinkProcessor.windowed_writer`) when every result goes
+        through ``to_stream`` alone to that one sink, and no exception handler has to tell the
+        nodes apart. Else ``None``: the aggregate forwards its results."""
+        if self._task.guarded:
+            return None
+        children = self._node.children
+        if len(children) != 1 or not getattr(children[0].processor, "passes_new_values", False):
+            return None
+        after = children[0].children
+        if len(after) != 1:
+            return None
+        writer = getattr(after[0].processor, "windowed_writer", None)
+        return None if writer is None else writer(key_serde)
 
     def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:

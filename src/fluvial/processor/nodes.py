@@ -6,6 +6,8 @@ deserialization error policy) and pass them on. Sinks serialize and hand bytes t
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from typing import Any
 
 from fluvial import serdes
@@ -84,6 +86,49 @@ class SinkProcessor(FusableProcessor):
             self.produced += 1
 
         return sink
+
+    def windowed_writer(self, key_serde: Serde[Any]) -> WindowedWriter | None:
+        """This sink's work on a windowed aggregate's result that reaches it through
+        ``to_stream`` alone, without the windowed key object.
+
+        ``write(key, key_bytes, window_start_ms, value, timestamp_ms)`` sends what the sink sends
+        for ``Windowed(key, window)`` and ``value`` at that timestamp, where ``key_bytes`` are
+        ``key_serde``'s bytes of ``key`` (reused when the sink's inner key serde writes the
+        same): the same key bytes, value bytes, partition and (no) headers. ``None`` unless the
+        sink's key serde is time-windowed over a built-in serde and the placement is the sink's
+        own (no partitioner of the user's, no writer header).
+        """
+        inner = serdes.builtin_time_windowed_inner(self.key_serde)
+        if inner is None or self.partitioner is not None or self.writer_header is not None:
+            return None
+        reuse = serdes.same_bytes(inner, key_serde)
+        topic, send, value_serde = self.topic, self.collector.send, self.value_serde
+        count = getattr(self.collector, "partition_count", None)
+        pack = _WINDOW_START.pack
+        inferred = _INFERRED_BY_TYPE
+
+        def write(key: Any, key_bytes: bytes, start_ms: int, value: Any, timestamp_ms: int) -> None:
+            inner_bytes = key_bytes if reuse else inner.serialize(topic, key)
+            assert inner_bytes is not None  # a built-in serde gives None for a None key only
+            serde = value_serde or inferred.get(type(value))
+            value_bytes = (
+                _serialize(None, topic, value, "value") if serde is None
+                else serde.serialize(topic, value)
+            )  # fmt: skip
+            # Placed by the inner key's bytes, as windowed_partitioner places them.
+            partitions = None if count is None else count(topic)
+            partition = default_partition(inner_bytes, partitions) if partitions else None
+            send(topic, inner_bytes + pack(start_ms), value_bytes, timestamp_ms, [], partition)
+            self.produced += 1
+
+        return write
+
+
+WindowedWriter = Callable[[Any, bytes, int, Any, int], None]
+"""``(key, key_bytes, window_start_ms, value, timestamp_ms)``: see
+:meth:`SinkProcessor.windowed_writer`."""
+
+_WINDOW_START = struct.Struct(">q")
 
 
 def windowed_partitioner(

@@ -570,6 +570,11 @@ class StreamTask:
         return taken
 
     @property
+    def guarded(self) -> bool:
+        """Whether a processing exception handler catches each node's errors apart."""
+        return self._guarded
+
+    @property
     def current(self) -> RecordContext:
         """Metadata of what is being processed now."""
         return RecordContext(
