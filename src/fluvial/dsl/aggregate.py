@@ -157,25 +157,38 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         if self.emit_on_close:
             # Before writing: the write may expire closed windows from the store.
             self._emit_closed(stream_time)
-        windows = self.windows
-        assert isinstance(windows, TimeWindows)  # sliding windows override process()
+        windows: TimeWindows = self.windows  # type: ignore[assignment]  # sliding ones override process()
         close_time = stream_time - windows.grace_ms
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
         # Every window containing the timestamp, oldest first (TimeWindows.windows_for, by start).
         size, advance = windows.size_ms, windows.advance_ms
-        first = max(0, timestamp - size + advance)
+        if size == advance and timestamp >= 0:
+            # Tumbling: the one window that holds the timestamp.
+            start = timestamp - timestamp % size
+            if start + size <= close_time:
+                self._drop_late(timestamp, start, stream_time)
+            else:
+                self._update(key_bytes, record, start)
+            return
+        first = timestamp - size + advance
+        if first < 0:
+            first = 0
         start = first - first % advance
         while start <= timestamp:
             if start + size <= close_time:
-                log.debug(
-                    "dropping record at %d for closed window [%d, %d) (stream time %d, grace %d)",
-                    timestamp, start, start + size, stream_time, windows.grace_ms,
-                )  # fmt: skip
-                self.context.metrics.increment(DROPPED_RECORDS)
+                self._drop_late(timestamp, start, stream_time)
             else:
                 self._update(key_bytes, record, start)
             start += advance
+
+    def _drop_late(self, timestamp: int, start: int, stream_time: int) -> None:
+        windows = self.windows
+        log.debug(
+            "dropping record at %d for closed window [%d, %d) (stream time %d, grace %d)",
+            timestamp, start, start + windows.size_ms, stream_time, windows.grace_ms,
+        )  # fmt: skip
+        self.context.metrics.increment(DROPPED_RECORDS)
 
     def _update(self, key_bytes: bytes, record: Record[Any, Any], start: int) -> None:
         raw = self.store.fetch(key_bytes, start)
