@@ -13,6 +13,7 @@ that B left alone would go on committing beside B, and its output would show up 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -65,21 +66,67 @@ def signal_group(runner: SparkRunner, sig: int) -> None:
     os.killpg(runner.proc.pid, sig)
 
 
+def uncommitted_keys(bootstrap: str, topic: str) -> list[bytes]:
+    """The keys of ``topic``'s records past each partition's last stable offset: written by
+    transactions still open."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "uncommitted",
+                         "isolation.level": "read_uncommitted", "enable.auto.commit": False})  # fmt: skip
+    try:
+        keys = []
+        for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            end = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+            stable = end - open_transaction_records(bootstrap, topic, p)
+            if stable >= end:
+                continue
+            consumer.assign([TopicPartition(topic, p, stable)])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None or msg.error():
+                    continue
+                keys.append(msg.key())
+                if msg.offset() >= end - 1:
+                    break
+        return keys
+    finally:
+        consumer.close()
+
+
+def _category(key: bytes) -> str:
+    """A repartition key's category (JSON, the default key serde, or plain text)."""
+    try:
+        return str(json.loads(key))
+    except ValueError:
+        return key.decode()
+
+
 def freeze_mid_transactions(runner: SparkRunner, views: list[PageView], start: int) -> int:
     """Feed ``views[start:]`` slice by slice until both of ``runner``'s slots are caught with a
-    transaction open (state changes in both changelog partitions, not yet committed), and
-    freeze it there. Returns how many views are in the input by then."""
+    transaction open (state changes of both count tasks, not yet committed), and freeze it
+    there. Returns how many views are in the input by then.
+
+    A commit logs the changelog only at its end, so a slot's open state changes show in the
+    output instead: every update writes a revision at once (no cache), keyed by its category,
+    and a category's counts live in the task of its repartition partition, that is its slot's.
+    """
     bootstrap = runner.bootstrap
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "topics"})
     try:
         topics = consumer.list_topics(timeout=10).topics
     finally:
         consumer.close()
-    [changelog] = [t for t in topics if t.startswith(f"{runner.app_id}-") and
-                   t.endswith("-changelog")]  # fmt: skip
+    [repartition] = [t for t in topics if t.startswith(f"{runner.app_id}-") and
+                     t.endswith("-repartition")]  # fmt: skip
+    slot_of: dict[str, int] = {}
 
     def both_open() -> bool:
-        return all(open_transaction_records(bootstrap, changelog, p) > 0 for p in (0, 1))
+        open_categories = {key.decode() for key in uncommitted_keys(bootstrap, runner.output_topic)}
+        if not open_categories <= set(slot_of):
+            for p in (0, 1):  # which slot counts which category (read with the open records)
+                for msg in read_topic(bootstrap, repartition, committed_only=False, partition=p):
+                    if msg.key() is not None:  # not a writer's progress record
+                        slot_of[_category(msg.key())] = p
+        return {slot_of.get(c) for c in open_categories} >= {0, 1}
 
     end = start
     while end < start + 700:
