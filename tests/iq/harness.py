@@ -34,17 +34,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def in_grace_views(seed: int, count: int) -> list[PageView]:
+def in_grace_views(seed: int, count: int, *, max_step_ms: int = 40) -> list[PageView]:
     """Page views, some out of order but never by more than the grace period.
 
     No record can be late however the repartitioned partitions interleave, so the final
-    counts are exactly the per-window counts of the long views.
+    counts are exactly the per-window counts of the long views. Event times advance by up to
+    ``max_step_ms`` a view and end about ten minutes before now.
     """
     rng = random.Random(seed)
-    clock = event_time_base_ms()
+    span_ms = count * max_step_ms // 2  # about where the clock ends
+    clock = event_time_base_ms() - (span_ms - span_ms % 60_000 if max_step_ms > 40 else 0)
     views = []
     for _ in range(count):
-        clock += rng.randint(0, 40)
+        clock += rng.randint(0, max_step_ms)
         ts = clock - rng.randint(1, GRACE_MS - 1) if rng.random() < 0.15 else clock
         views.append(PageView(key=f"user-{rng.randint(0, 50)}", category=rng.choice(CATEGORIES),
                               period=rng.choice([10_000, 35_000, 45_000, 60_000]),

@@ -129,7 +129,9 @@ def test_no_committed_answer_is_taken_back_through_kill9_crashes(
 def test_a_query_during_restore_gets_503_with_retry_after_never_a_wrong_value(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, reader: bool
 ) -> None:
-    views = in_grace_views(seed=4, count=12000)
+    # 40 minutes of event time: about 6,000 windows of the 12 categories, so the changelog,
+    # which a commit writes each changed window to once, takes a while to restore.
+    views = in_grace_views(seed=4, count=12000, max_step_ms=400)
     oracle = counts_of(views)
     runner = ServedRunner(bootstrap_servers, unique_name("app"), topic_factory("views"),
                           topic_factory("counts"), tmp_path / "state", reader=reader)  # fmt: skip
