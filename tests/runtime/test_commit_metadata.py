@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import ConfigError
+from fluvial.processor.completeness import WriterState
 from fluvial.runtime import Application
 from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.horizon import Needed
@@ -234,3 +235,26 @@ def test_metadata_round_trips_plain_and_compressed() -> None:
     assert (
         CommitMetadata.decode(CommitMetadata.COMPRESSED_PREFIX + "not-base85!") == CommitMetadata()
     )
+
+
+def test_the_metadata_a_restart_reads_keeps_every_field_its_partitions_committed() -> None:
+    """A task commits one metadata on each of its input partitions; a restart reads the newest
+    of them (``latest``). Each field must survive that, the writer states of merged
+    repartition partitions too: without them a restart processes again the records it had
+    taken out of offset order, counting them twice or dropping them as late."""
+    writers = {
+        ("app-a-repartition", 1): {
+            "0_0": WriterState(high=1_000, idle=False, done=41),
+            "0_1": WriterState(high=900, idle=True, done=40),
+        },
+        ("app-b-repartition", 1): {"0_2": WriterState(high=-1, idle=False, done=-1)},
+    }
+    committed = CommitMetadata(
+        1_000, {("app-store-changelog", 1): 77}, {("app-store-changelog", 1): Needed(3, 1, 2)},
+        writers=writers,
+    )  # fmt: skip
+    read = CommitMetadata.decode(committed.encode())
+    assert read.writers == writers
+    older = CommitMetadata(500, {("app-store-changelog", 1): 12}, writers={})
+    assert CommitMetadata.latest([older, read, read]) == read
+    assert CommitMetadata.latest([read, older]) == read

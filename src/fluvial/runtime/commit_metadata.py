@@ -136,6 +136,7 @@ class CommitMetadata:
                     {**best.changelog_ends, **candidate.changelog_ends},
                     {**best.needed, **candidate.needed},
                     best.known or candidate.known,
+                    {**best.writers, **candidate.writers},
                 )
         return best
 

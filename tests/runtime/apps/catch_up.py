@@ -1,7 +1,9 @@
 """Three operators behind re-keys, configured from the environment by the catch-up tests:
 a windowed count, a session count and a stream-stream join (tests/runtime/test_catch_up.py)."""
 
+import logging
 import os
+import sys
 
 from fluvial import (
     JoinWindows,
@@ -17,6 +19,13 @@ WINDOW_MS, GRACE_MS = 10_000, 2_000
 SESSION_GAP_MS = 2_000
 JOIN_DIFF_MS = 1_000
 OUT = os.environ.get("FLUVIAL_TEST_OUTPUT", "out")
+
+# Every record an operator drops is logged, so a failing test names which ones were dropped.
+_drops = logging.getLogger("fluvial.dsl")
+_drops.setLevel(logging.DEBUG)
+_handler = logging.StreamHandler(sys.stderr)
+_handler.setFormatter(logging.Formatter("%(threadName)s %(name)s: %(message)s"))
+_drops.addHandler(_handler)
 
 
 def build(builder: StreamsBuilder) -> None:
