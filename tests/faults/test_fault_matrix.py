@@ -175,7 +175,7 @@ def test_the_verifier_catches_a_duplicate(bootstrap_servers: str, topic_factory)
 
     long = serdes.long()
     inp, echo, agg = topic_factory("in"), topic_factory("echo"), topic_factory("agg")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for topic in (inp, echo):
         producer.produce(topic, key=b"k1", value=long.serialize(None, 5))
     producer.produce(echo, key=b"k1", value=long.serialize(None, 5))  # a duplicate
@@ -197,7 +197,7 @@ def test_the_verifier_catches_input_the_brokers_lost(bootstrap_servers: str, top
 
     long = serdes.long()
     inp, echo, agg = topic_factory("in"), topic_factory("echo"), topic_factory("agg")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for topic in (inp, echo):
         producer.produce(topic, key=b"k1", value=long.serialize(None, 5))
     producer.produce(agg, key=b"k1", value=b'{"sum": 5, "count": 1, "min": 5, "max": 5}')

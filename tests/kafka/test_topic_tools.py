@@ -100,7 +100,7 @@ def test_tail_follows_new_records(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, what="fluvial tail -f",
     )  # fmt: skip
     try:
-        producer = Producer({"bootstrap.servers": bootstrap_servers})
+        producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
         seen = ""
         deadline = time.monotonic() + 60
         assert follower.stdout is not None

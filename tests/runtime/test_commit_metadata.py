@@ -68,7 +68,7 @@ def test_committed_changelog_ends_include_the_intervals_last_writes(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
 ) -> None:
     source, out = topic_factory("clicks"), topic_factory("counts")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for i in range(60):
         producer.produce(source, key=f"page-{i % 6}".encode(), value=b"x", partition=0)
     assert producer.flush(30) == 0
@@ -102,7 +102,7 @@ def test_exactly_once_commits_each_changelog_partitions_end_and_every_keys_last_
     and replaying it gives the final counts."""
     partitions, records = 2, 400
     source, out = topic_factory("clicks", partitions), topic_factory("counts", partitions)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
     base = event_time_base_ms()
     for i in range(records):
         producer.produce(source, key=f"page-{i % 7}".encode(), value=b"x", timestamp=base + i)
@@ -149,7 +149,7 @@ def test_a_task_with_many_window_stores_commits_and_restores_them_all(
     source = topic_factory("clicks")
     base = event_time_base_ms()
     base -= base % 24_000  # every window size below divides 24 s: deterministic windows
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
 
     def produce(first: int, last: int, key: Callable[[int], str]) -> None:
         for i in range(first, last):

@@ -64,7 +64,7 @@ def test_a_stop_does_not_wait_for_an_epoch_check_under_way(
                            processing_guarantee="exactly_once_v2", state_dir=str(tmp_path))  # fmt: skip
     app = Application(builder.build(), config)
     app.start()
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     producer.produce(source, key=b"k", value=b"v")
     assert producer.flush(30) == 0
     # The slot runs (it committed a record): only the watcher checks the epoch from now on.

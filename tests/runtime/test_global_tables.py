@@ -23,7 +23,7 @@ def test_stream_global_table_join_on_kafka(
         topic_factory("orders"),
         topic_factory("out"),
     )
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     producer.produce(products, key=b"p1", value=b"apple", partition=0)
     producer.produce(products, key=b"p2", value=b"pear", partition=1)
     producer.produce(orders, key=b"o1", value=json.dumps({"product": "p1", "qty": 2}).encode())

@@ -96,7 +96,7 @@ def poison_input(bootstrap: str, topic: str) -> tuple[dict, int]:
     """Good page views with one undeserializable record in the middle; returns (oracle, offset)."""
     views = generate_views(seed=9, count=400)
     produce(bootstrap, topic, views[:200])
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     producer.produce(topic, key=b"user-x", value=b"{not json", timestamp=views[199].timestamp_ms,
                      partition=0)  # fmt: skip
     assert producer.flush(10) == 0

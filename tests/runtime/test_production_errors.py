@@ -62,7 +62,7 @@ def test_an_output_record_the_broker_rejects_stops_the_worker_uncommitted(
         application_id=app_id_factory(), bootstrap_servers=bootstrap_servers,
         processing_guarantee=guarantee, commit_interval_ms=100, state_dir=str(tmp_path),
     )  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for value in ("a", "b", "big", "c"):
         producer.produce(source, value.encode(), b"k")
     producer.flush(30)

@@ -34,7 +34,7 @@ def test_cached_table_regrouped_behind_several_writers_reaches_the_end(
     source, out = unique_name("in"), unique_name("out")
     create_topics(bootstrap_servers, [TopicSpec(t, PARTITIONS) for t in (source, out)])
     base = event_time_base_ms()
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     rows = []
     for partition in range(PARTITIONS):
         # Each partition ends at its own event time: the writers' stream times differ.

@@ -48,7 +48,7 @@ def settings_from_file_and_environment(
 
 def produce_table(cluster: SecureCluster, topic: str, base_ms: int) -> None:
     """Transactions of upserts and tombstones, one of them aborted, as the admin."""
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, **cluster.admin(),
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **cluster.admin(),
                          "transactional.id": f"{topic}-txn", "partitioner": "murmur2_random"})  # fmt: skip
     producer.init_transactions(60)
     rng = random.Random(17)
@@ -70,7 +70,7 @@ def produce_table(cluster: SecureCluster, topic: str, base_ms: int) -> None:
 def produce_windows(cluster: SecureCluster, topic: str, base_ms: int) -> None:
     """Revisions of time-windowed counts, several per window, as the admin."""
     window_key = serdes.time_windowed(STRING, WINDOW_MS)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, **cluster.admin()})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **cluster.admin()})
     for i in range(90):
         start = base_ms + (i % 3) * WINDOW_MS
         key = window_key.serialize(

@@ -93,7 +93,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_writes_each_record_onc
 ) -> None:
     topic = topic_factory("events", partitions=2)
     table = table_name("stream")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     sent = [f"e{i}" for i in range(1500)]
     for i, value in enumerate(sent):
         producer.produce(topic, key=f"k{i % 10}".encode(), value=value.encode())

@@ -173,7 +173,7 @@ def test_with_fail_a_bad_row_stops_the_query_and_nothing_of_its_batch_commits(
     topic = topic_factory("input", partitions=2)
     table = table_name("strict")
     make_table(pg_dsn, table)
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for i in range(60):
         n = {7: "twelve", 20: "-1"}.get(i, str(i))
         producer.produce(topic, value=json.dumps({"id": i, "n": n, "code": "abc", "tag": f"t{i}"}))
@@ -254,7 +254,7 @@ def test_a_query_killed_around_its_dead_letters_sends_each_once_and_lands_each_g
     dead = topic_factory("dead")
     table = table_name("stream")
     make_table(pg_dsn, table, extra=', "partition" integer, "offset" bigint')
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     kinds = list(BAD)
     expected_bad: dict[int, str] = {}
     for i in range(1500):

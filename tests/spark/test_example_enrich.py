@@ -21,7 +21,7 @@ def test_enrich_example_joins_the_table_and_writes_each_view_once(
     bootstrap_servers, topic_factory, unique_name, tmp_path
 ) -> None:
     views, regions, out = topic_factory("views", 2), topic_factory("regions"), topic_factory("out")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for user, region in [("ann", "north"), ("bob", "south"), ("ann", "east"), ("cy", "west")]:
         producer.produce(regions, key=user.encode(), value=region.encode())
     producer.produce(regions, key=b"cy", value=None)  # cy left: a tombstone

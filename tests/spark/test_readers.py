@@ -77,7 +77,7 @@ def test_read_table_of_a_fluvial_changelog_equals_the_final_counts(
     spark, bootstrap_servers, topic_factory, unique_name, tmp_path: Path
 ) -> None:
     source, out = topic_factory("clicks", partitions=2), topic_factory("counts", partitions=2)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
     pages = [f"page-{i % 7}" for i in range(140)]
     for i, page in enumerate(pages):
         producer.produce(source, key=page.encode(), value=f"click-{i}".encode())
@@ -118,7 +118,7 @@ def test_read_table_parses_json_values_into_columns(
     spark, bootstrap_servers, topic_factory
 ) -> None:
     topic = topic_factory("profiles")
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     for key, doc in [("u1", {"name": "Ada", "age": 36}), ("u2", {"name": "Bo", "age": 7}),
                      ("u1", {"name": "Ada", "age": 37})]:  # fmt: skip
         producer.produce(topic, key=key.encode(), value=json.dumps(doc).encode())
@@ -136,7 +136,7 @@ def test_read_windowed_decodes_time_and_session_windows_and_store_changelogs(
     timed, sessions, store = (topic_factory("timed"), topic_factory("sessions"),
                               topic_factory("store"))  # fmt: skip
     time_key, session_key = serdes.time_windowed(STRING, size), serdes.session_windowed(STRING)
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
     rng = random.Random(5)
     for _ in range(200):
         key, start = f"k{rng.randrange(8)}", rng.randrange(-3, 20) * size  # a negative start too

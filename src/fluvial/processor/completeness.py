@@ -27,6 +27,7 @@ records in one partition the queue releases its oldest head anyway and counts it
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections import deque
@@ -44,6 +45,8 @@ IDLE_WRITER_MS = 1000
 NO_TIME = -(2**63)
 
 _PROGRESS = struct.Struct(">q?")  # stream time, caught up
+
+log = logging.getLogger(__name__)
 
 
 def encode_progress(stream_time_ms: int, caught_up: bool) -> bytes:
@@ -126,6 +129,8 @@ class WriterMergeQueue:
             writer, progress, headers = _split_headers(record.headers)
             queue = self._queues.get(writer)
             if queue is None:  # a writer the topology did not announce (or an older fluvial)
+                log.debug("records of writer %r, which was not expected (%s)",
+                          writer, sorted(self._queues))  # fmt: skip
                 queue = self._queues[writer] = deque()
                 self._high[writer] = NO_TIME
                 self._idle_since[writer] = None
@@ -158,6 +163,8 @@ class WriterMergeQueue:
                 self._idle_since[writer] = None
             elif self._idle_since[writer] is None:
                 self._idle_since[writer] = time.monotonic()
+                log.debug("writer %s has read all of its input (stream time %d, offset %d)",
+                          writer, progress.stream_time, progress.offset)  # fmt: skip
             self._done[writer] = progress.offset
         if queue:
             head = queue[0]

@@ -14,6 +14,7 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 
@@ -32,6 +33,8 @@ from fluvial.processor.task import StreamTask
 from fluvial.topology.topology import Topology
 
 METADATA_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 def writer_id(task_id: TaskId) -> str:
@@ -70,6 +73,9 @@ class RepartitionProgress:
         self._written = {
             sub.id: sorted(sub.repartition_topics_written() & self.merged) for sub in subs
         }
+        log.debug("writers of repartition topics: %s; merged: %s; partitions: %s",
+                  self.writers, sorted(self.merged),
+                  {t: self.partitions.get(t) for t in self.writers})  # fmt: skip
         self._at_end: set[tuple[str, int]] = set()
         self._sent: dict[TaskId, tuple[int, bool]] = {}
         self._last_round = 0.0
@@ -118,6 +124,9 @@ class RepartitionProgress:
             state = (task.stream_time, caught_up)
             if state == self._sent.get(task.task_id):
                 continue
+            if caught_up:
+                log.debug("task %s has read all of its input (stream time %d)",
+                          task.task_id, task.stream_time)  # fmt: skip
             payload = encode_progress(*state)
             headers = [
                 (PROGRESS_HEADER, payload),

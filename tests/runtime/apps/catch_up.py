@@ -21,11 +21,12 @@ JOIN_DIFF_MS = 1_000
 OUT = os.environ.get("FLUVIAL_TEST_OUTPUT", "out")
 
 # Every record an operator drops is logged, so a failing test names which ones were dropped.
-_drops = logging.getLogger("fluvial.dsl")
-_drops.setLevel(logging.DEBUG)
+# So is each upstream task's end of input, as it says it and as each downstream task takes it.
 _handler = logging.StreamHandler(sys.stderr)
 _handler.setFormatter(logging.Formatter("%(threadName)s %(name)s: %(message)s"))
-_drops.addHandler(_handler)
+for _name in ("fluvial.dsl", "fluvial.processor.completeness", "fluvial.runtime.progress"):
+    logging.getLogger(_name).setLevel(logging.DEBUG)
+    logging.getLogger(_name).addHandler(_handler)
 
 
 def build(builder: StreamsBuilder) -> None:
