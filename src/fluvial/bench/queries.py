@@ -69,7 +69,8 @@ def _free_port() -> int:
 def _produce(
     bootstrap: str, topic: str, records: int, base_ms: int, settings: dict[str, str]
 ) -> list[tuple[str, int]]:
-    producer = Producer({**settings, "bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer = Producer({**settings, "bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "enable.idempotence": True})  # fmt: skip
     rng = random.Random(1)
     windows = set()
     for i in range(records):

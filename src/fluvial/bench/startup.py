@@ -128,7 +128,8 @@ def run_once(
     create_topics(
         bootstrap, [TopicSpec(input_topic, PARTITIONS), TopicSpec(output_topic, PARTITIONS)]
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})  # fmt: skip
     now_ms = int(time.time() * 1000)
     for i in range(records):
         producer.produce(input_topic, key=f"k{i % 10}", value="v", timestamp=now_ms + i)
