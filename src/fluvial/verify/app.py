@@ -1,5 +1,7 @@
 """The application the fault matrix runs: an echo, plus per-key sum/count/min/max after a
-repartition topic. Configured from the environment by :mod:`fluvial.verify.matrix`."""
+repartition topic, and the same per bucket of keys behind a second one (when
+``FLUVIAL_VERIFY_BUCKETS`` names its output). Configured from the environment by
+:mod:`fluvial.verify.matrix`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, serdes
 from fluvial.dsl.options import Grouped
+from fluvial.verify.check import bucket_of
 
 
 def _aggregate(key: str, value: int, agg: dict[str, int]) -> dict[str, int]:
@@ -41,6 +44,24 @@ def build(builder: StreamsBuilder) -> None:
         .to_stream()
         .to(os.environ["FLUVIAL_VERIFY_AGG"], key_serde=serdes.string(), value_serde=serdes.json())
     )
+    buckets = os.environ.get("FLUVIAL_VERIFY_BUCKETS")
+    if buckets:
+        # Keys of every input partition meet in each bucket: each partition of this repartition
+        # topic has every upstream task as a writer.
+        (
+            stream.group_by(
+                lambda key, _value: bucket_of(key), Grouped.with_(serdes.string(), serdes.long())
+            )  # fmt: skip
+            .aggregate(
+                dict,
+                _aggregate,
+                materialized=Materialized.as_("verify-buckets")
+                .with_key_serde(serdes.string())
+                .with_value_serde(serdes.json()),
+            )
+            .to_stream()
+            .to(buckets, key_serde=serdes.string(), value_serde=serdes.json())
+        )
 
 
 config = StreamsConfig(

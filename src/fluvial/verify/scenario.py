@@ -33,7 +33,13 @@ from confluent_kafka.admin import AdminClient
 
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.kafka.local import LocalKafka
-from fluvial.verify.check import LONG, VerifyReport, read_committed, verify_outputs
+from fluvial.verify.check import (
+    LONG,
+    VerifyReport,
+    bucket_finals,
+    read_committed,
+    verify_outputs,
+)
 from fluvial.verify.faults import AppProcess
 
 PARTITIONS = 3
@@ -82,11 +88,14 @@ class Scenario:
                                    requested=fault_count)  # fmt: skip
         run_id = uuid.uuid4().hex[:8]
         self.app_id = f"verify-{kind}-{run_id}"
-        self.topics = {name: f"verify-{kind}-{name}-{run_id}" for name in ("input", "echo", "agg")}
+        self.topics = {
+            name: f"verify-{kind}-{name}-{run_id}" for name in ("input", "echo", "agg", "buckets")
+        }
         self.replication = 3 if cluster is not None else -1
         self.env = {
             "FLUVIAL_VERIFY_INPUT": self.topics["input"], "FLUVIAL_VERIFY_ECHO": self.topics["echo"],
             "FLUVIAL_VERIFY_AGG": self.topics["agg"], "FLUVIAL_VERIFY_APP_ID": self.app_id,
+            "FLUVIAL_VERIFY_BUCKETS": self.topics["buckets"],
             "FLUVIAL_VERIFY_BOOTSTRAP": bootstrap, "FLUVIAL_VERIFY_GUARANTEE": guarantee,
             "FLUVIAL_VERIFY_COMMIT_MS": str(commit_interval_ms),
             "FLUVIAL_VERIFY_RF": str(self.replication),
@@ -189,7 +198,8 @@ class Scenario:
         self.progress("verifying the committed output record by record")
         verify_outputs(self.bootstrap, self.topics["input"], self.topics["echo"],
                        self.topics["agg"], self.guarantee == "exactly_once_v2",
-                       self.report, sent=self.sent, client_config=self.security)  # fmt: skip
+                       self.report, sent=self.sent, client_config=self.security,
+                       bucket_topic=self.topics["buckets"])  # fmt: skip
         if self.report.problems or self.report.injected < self.fault_count:
             self.report.verdict = "FAIL"
 
@@ -338,7 +348,10 @@ class Scenario:
             for key, value, _p in read_committed(self.bootstrap, self.topics["agg"], self.security):
                 if value is not None:
                     counts[key] = max(counts[key], json.loads(value)["count"])
-            return sum(counts.values()) >= self.produced
+            if sum(counts.values()) < self.produced:
+                return False
+            buckets = bucket_finals(self.bootstrap, self.topics["buckets"], self.security)
+            return sum(final.get("count", 0) for final in buckets.values()) >= self.produced
         except Exception:
             return False
 
