@@ -167,6 +167,19 @@ def differences(found: dict[str, Counter], expected: dict[str, Counter], log: st
     return "\n".join(lines + noted[-20:])
 
 
+def wait_for_results(
+    runner: SparkRunner, bootstrap: str, out: str, expected: dict[str, Counter], what: str
+) -> AssertionError | None:
+    """Wait until every expected result is in, or the application exits; the timeout if it
+    came first (the caller stops the application, then reports what was missing)."""
+    try:
+        wait_until(lambda: complete(final_results(bootstrap, out), expected)
+                   or runner.proc.poll() is not None, 300, what)  # fmt: skip
+    except AssertionError as exc:
+        return exc
+    return None
+
+
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_live_backlog_and_replay_give_the_same_results(
     engine: str, bootstrap_servers: str, unique_name, tmp_path: Path
@@ -184,18 +197,12 @@ def test_live_backlog_and_replay_give_the_same_results(
         runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
                              engine=engine, app=APP, lease_ms=5000, commit_ms=100)  # fmt: skip
         runner.start()
-        timed_out = None
         try:
             runner.wait_ready(240)
             if feed is not None:
                 feed()
-            wait_until(
-                lambda: complete(final_results(bootstrap_servers, out), expected)
-                or runner.proc.poll() is not None,
-                300, f"every result ({engine}, {app_id})",
-            )  # fmt: skip
-        except AssertionError as exc:
-            timed_out = exc
+            timed_out = wait_for_results(runner, bootstrap_servers, out, expected,
+                                         f"every result ({engine}, {app_id})")  # fmt: skip
         finally:
             code = runner.stop()
         assert code == 0, runner.output()[-3000:]
@@ -259,15 +266,9 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
     assert not complete(at_kill, expected), "the backlog was done before the kill: add input"
 
     second = start()
-    timed_out = None
     try:
-        wait_until(
-            lambda: complete(final_results(bootstrap_servers, out), expected)
-            or second.proc.poll() is not None,
-            300, "every result after the restart",
-        )  # fmt: skip
-    except AssertionError as exc:
-        timed_out = exc
+        timed_out = wait_for_results(second, bootstrap_servers, out, expected,
+                                     "every result after the restart")  # fmt: skip
     finally:
         code = second.stop()
     assert code == 0, second.output()[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from fluvial import Materialized, StreamsBuilder, StreamsConfig, serdes
+from fluvial.dsl.grouped import KGroupedStream
 from fluvial.dsl.options import Grouped
 from fluvial.verify.check import bucket_of
 
@@ -23,6 +24,18 @@ def _aggregate(key: str, value: int, agg: dict[str, int]) -> dict[str, int]:
     }
 
 
+def _aggregate_to(grouped: KGroupedStream, store: str, topic: str) -> None:
+    """Sum, count, min and max per key of ``grouped``, every revision written to ``topic``."""
+    materialized = (
+        Materialized.as_(store).with_key_serde(serdes.string()).with_value_serde(serdes.json())
+    )
+    (
+        grouped.aggregate(dict, _aggregate, materialized=materialized)
+        .to_stream()
+        .to(topic, key_serde=serdes.string(), value_serde=serdes.json())
+    )
+
+
 def build(builder: StreamsBuilder) -> None:
     stream = builder.stream(
         os.environ["FLUVIAL_VERIFY_INPUT"], key_serde=serdes.string(), value_serde=serdes.long()
@@ -30,38 +43,16 @@ def build(builder: StreamsBuilder) -> None:
     stream.to(
         os.environ["FLUVIAL_VERIFY_ECHO"], key_serde=serdes.string(), value_serde=serdes.long()
     )
-    (
-        # A key change (to the same key) forces the aggregation through a repartition topic.
-        stream.select_key(lambda key, _value: key)
-        .group_by_key(Grouped.with_(serdes.string(), serdes.long()))
-        .aggregate(
-            dict,
-            _aggregate,
-            materialized=Materialized.as_("verify-aggregates")
-            .with_key_serde(serdes.string())
-            .with_value_serde(serdes.json()),
-        )
-        .to_stream()
-        .to(os.environ["FLUVIAL_VERIFY_AGG"], key_serde=serdes.string(), value_serde=serdes.json())
-    )
+    grouped = Grouped.with_(serdes.string(), serdes.long())
+    # A key change (to the same key) forces the aggregation through a repartition topic.
+    by_key = stream.select_key(lambda key, _value: key).group_by_key(grouped)
+    _aggregate_to(by_key, "verify-aggregates", os.environ["FLUVIAL_VERIFY_AGG"])
     buckets = os.environ.get("FLUVIAL_VERIFY_BUCKETS")
     if buckets:
         # Keys of every input partition meet in each bucket: each partition of this repartition
         # topic has every upstream task as a writer.
-        (
-            stream.group_by(
-                lambda key, _value: bucket_of(key), Grouped.with_(serdes.string(), serdes.long())
-            )  # fmt: skip
-            .aggregate(
-                dict,
-                _aggregate,
-                materialized=Materialized.as_("verify-buckets")
-                .with_key_serde(serdes.string())
-                .with_value_serde(serdes.json()),
-            )
-            .to_stream()
-            .to(buckets, key_serde=serdes.string(), value_serde=serdes.json())
-        )
+        by_bucket = stream.group_by(lambda key, _value: bucket_of(key), grouped)
+        _aggregate_to(by_bucket, "verify-buckets", buckets)
 
 
 config = StreamsConfig(
