@@ -216,6 +216,41 @@ def test_the_verifier_catches_input_the_brokers_lost(bootstrap_servers: str, top
     assert clean.verdict == "PASS" and clean.produced == 1
 
 
+def test_the_verifier_catches_a_bucket_counted_twice(bootstrap_servers: str, topic_factory) -> None:
+    """Each bucket's final aggregate is checked against its keys' input: a record counted twice
+    there (a restart that took a merged partition's records again) fails the check."""
+    from confluent_kafka import Producer
+
+    from fluvial import serdes
+    from fluvial.verify.check import bucket_of
+
+    long = serdes.long()
+    inp, echo, agg, buckets = (topic_factory(n) for n in ("in", "echo", "agg", "buckets"))
+    keys = [k for k in (f"k{n}" for n in range(50)) if bucket_of(k) == bucket_of("k1")][:2]
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
+    for key, value in zip(keys, (5, 7), strict=True):
+        for topic in (inp, echo):
+            producer.produce(topic, key=key.encode(), value=long.serialize(None, value))
+        producer.produce(agg, key=key.encode(),
+                         value=f'{{"sum": {value}, "count": 1, "min": {value}, "max": {value}}}'.encode())  # fmt: skip
+    bucket = bucket_of("k1").encode()
+    producer.produce(buckets, key=bucket, value=b'{"sum": 5, "count": 1, "min": 5, "max": 5}')
+    producer.produce(buckets, key=bucket, value=b'{"sum": 12, "count": 2, "min": 5, "max": 7}')
+    assert producer.flush(10) == 0
+    right = VerifyReport("none", 0, "exactly_once_v2", "local", 0)
+    verify_outputs(bootstrap_servers, inp, echo, agg, True, right, bucket_topic=buckets)
+    assert right.verdict == "PASS"
+    producer.produce(buckets, key=bucket, value=b'{"sum": 19, "count": 3, "min": 5, "max": 7}')
+    assert producer.flush(10) == 0
+    doubled = VerifyReport("none", 0, "exactly_once_v2", "local", 0)
+    verify_outputs(bootstrap_servers, inp, echo, agg, True, doubled, bucket_topic=buckets)
+    assert doubled.wrong_finals == 1 and doubled.verdict == "FAIL"
+    assert doubled.problems == [
+        f"{bucket.decode()}: final {{'sum': 19, 'count': 3, 'min': 5, 'max': 7}} "
+        "!= oracle {'sum': 12, 'count': 2, 'min': 5, 'max': 7}"
+    ]
+
+
 def test_input_repeats_of_acknowledged_records_are_input_missing_ones_are_not() -> None:
     """A broker kill can make the idempotent input producer write a batch twice: the repeats
     are input (the app must process them exactly once too), never a lost record."""
