@@ -37,7 +37,13 @@ def test_parameters_are_checked_and_json_keys_are_found(
     bootstrap_servers: str, topic_factory, app_id_factory, tmp_path: Path
 ) -> None:
     source = topic_factory("views", partitions=2)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     base = event_time_base_ms()
     for i, key in enumerate(KEYS * 2):  # every key counted twice
         producer.produce(source, key=key["user"], value=json.dumps({"region": key["region"]}),

@@ -102,7 +102,13 @@ def test_exactly_once_commits_each_changelog_partitions_end_and_every_keys_last_
     and replaying it gives the final counts."""
     partitions, records = 2, 400
     source, out = topic_factory("clicks", partitions), topic_factory("counts", partitions)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     base = event_time_base_ms()
     for i in range(records):
         producer.produce(source, key=f"page-{i % 7}".encode(), value=b"x", timestamp=base + i)

@@ -32,7 +32,9 @@ def country(i: int) -> str:
 
 
 def produce_users(bootstrap: str, topic: str, partitioner: str, base_ms: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": partitioner})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": partitioner}
+    )
     for i in range(USERS):
         producer.produce(topic, key=f"u{i:03d}".encode(), value=country(i).encode(),
                          timestamp=base_ms + i)  # fmt: skip
@@ -41,7 +43,13 @@ def produce_users(bootstrap: str, topic: str, partitioner: str, base_ms: int) ->
 
 def produce_orders(bootstrap: str, topic: str, ids: range, base_ms: int, pace_s: float) -> None:
     """Orders keyed by order id (so re-keying moves them), each naming its user."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     for i in ids:
         value = json.dumps({"user_id": f"u{i:03d}", "amount": i}).encode()
         producer.produce(topic, key=f"order-{i}".encode(), value=value,
@@ -127,7 +135,13 @@ def test_windowed_results_land_on_their_keys_partition(
     is on that key's partition (where a Java consumer or a join by plain key looks)."""
     source, out = topic_factory("clicks", 3), topic_factory("counts", 3)
     base = event_time_base_ms()
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     keys = [f"k{i}" for i in range(12)]
     for i, key in enumerate(keys * 3):
         producer.produce(source, key=key.encode(), value=b"1", timestamp=base + 1000 * i)

@@ -70,7 +70,9 @@ def produce_table(cluster: SecureCluster, topic: str, base_ms: int) -> None:
 def produce_windows(cluster: SecureCluster, topic: str, base_ms: int) -> None:
     """Revisions of time-windowed counts, several per window, as the admin."""
     window_key = serdes.time_windowed(STRING, WINDOW_MS)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **cluster.admin()})
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, **cluster.admin()}
+    )
     for i in range(90):
         start = base_ms + (i % 3) * WINDOW_MS
         key = window_key.serialize(

@@ -77,7 +77,13 @@ def test_read_table_of_a_fluvial_changelog_equals_the_final_counts(
     spark, bootstrap_servers, topic_factory, unique_name, tmp_path: Path
 ) -> None:
     source, out = topic_factory("clicks", partitions=2), topic_factory("counts", partitions=2)
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     pages = [f"page-{i % 7}" for i in range(140)]
     for i, page in enumerate(pages):
         producer.produce(source, key=page.encode(), value=f"click-{i}".encode())

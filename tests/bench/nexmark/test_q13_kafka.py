@@ -38,7 +38,13 @@ def test_q13_joins_bids_with_the_side_input_on_kafka(
 
     events = generated(400, base_ms=int(time.time() * 1000) - 60_000)
     bids = [e for e in events if "bidder" in e]
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     for bid in bids:
         producer.produce(bid_topic, key=key(bid).encode(), timestamp=bid["dateTime"],
                          value=json.dumps(bid, separators=(",", ":"), sort_keys=True).encode())  # fmt: skip
