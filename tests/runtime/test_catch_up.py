@@ -18,9 +18,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from fluvial import serdes
+from fluvial import StreamsBuilder, serdes
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.runtime.reset import reset_application
 from tests.event_times import event_time_base_ms
@@ -275,4 +275,97 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
     found = final_results(bootstrap_servers, out)
     assert timed_out is None and found == expected, (
         f"{timed_out or ''}\n{differences(found, expected, second.output())}"
+    )
+
+
+def test_a_restart_skips_what_was_taken_above_a_held_offset(
+    bootstrap_servers: str, unique_name, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offset a merged repartition partition commits can stay put for many commits: at a
+    record of one writer that waits for the others, while the task takes their records above
+    it. Only the writer states committed beside the offset say what was taken, so every
+    commit must carry them, whether the offset moved or not.
+
+    The test writes the windowed count's repartition partition itself, as three upstream
+    tasks would: writer 0_0's one record far ahead at offset 0, then 0_1's and 0_2's records
+    interleaved. It kills the application while the committed offset is still 0, restarts
+    it, and checks every window count against the oracle."""
+    base_ms = event_time_base_ms()
+    source, out = make_topics(bootstrap_servers, unique_name, "held")
+    app_id = unique_name("held")
+    repartition = f"{app_id}-KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition"
+    monkeypatch.setenv("FLUVIAL_TEST_INPUT", source)
+    builder = StreamsBuilder()
+    app.build(builder)
+    read = {t for sub in builder.build().subtopologies(app_id) for t in sub.source_topics}
+    assert repartition in read, f"the windowed count reads none of {sorted(read)}"
+    create_topics(bootstrap_servers, [TopicSpec(repartition, PARTITIONS)])
+    rng = random.Random(41)
+    per_writer, step_ms = 50_000, 5
+    ahead = base_ms + per_writer * step_ms + 60_000
+    records = [("0_0", "news", ahead)]  # (writer, key, timestamp), in offset order
+    for i in range(per_writer):
+        for writer in ("0_1", "0_2"):
+            ts = base_ms + i * step_ms + rng.randrange(step_ms)
+            records.append((writer, rng.choice(CATEGORIES), ts))
+    json_serde = serdes.json()
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
+    for writer, category, ts in records:
+        producer.produce(repartition, key=json_serde.serialize(repartition, category),
+                         value=json_serde.serialize(repartition, {"category": category}),
+                         partition=0, timestamp=ts, headers=[("fluvial.writer", writer.encode())])  # fmt: skip
+        producer.poll(0)
+    flush(producer)
+    expected = Counter((category, ts - ts % app.WINDOW_MS) for _w, category, ts in records)
+
+    def start() -> SparkRunner:
+        runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
+                             engine="local", app=APP, commit_ms=100)  # fmt: skip
+        runner.start()
+        runner.wait_ready(240)
+        return runner
+
+    def window_counts() -> Counter:
+        return final_results(bootstrap_servers, out)["windows"]
+
+    def window_updates() -> int:
+        return sum(len(read_topic(bootstrap_servers, f"{out}-windows", partition=p))
+                   for p in range(PARTITIONS))  # fmt: skip
+
+    def committed_offset() -> list[int] | None:
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
+        try:
+            [tp] = consumer.committed([TopicPartition(repartition, 0)], timeout=10)
+            return [tp.offset]
+        except KafkaException:  # the coordinator is loading: ask again
+            return None
+        finally:
+            consumer.close()
+
+    first = start()
+    try:
+        wait_until(lambda: window_updates() >= 2_000 or first.proc.poll() is not None, 240,
+                   "2,000 committed window updates")  # fmt: skip
+    finally:
+        first.kill9()
+    assert first.proc.returncode == -9, first.output()[-3000:]
+    [held] = wait_until(committed_offset, 60, "the committed offset")
+    assert held == 0, f"the kill came after writer 0_0's record went (offset {held}): add input"
+
+    second = start()
+    try:
+        timed_out = None
+        try:
+            wait_until(lambda: sum(window_counts().values()) >= len(records)
+                       or second.proc.poll() is not None, 300, "every window count")  # fmt: skip
+        except AssertionError as exc:
+            timed_out = exc
+    finally:
+        code = second.stop()
+    assert code == 0, second.output()[-3000:]
+    found = window_counts()
+    wrong = {w: (found[w], n) for w, n in expected.items() if found[w] != n}
+    assert timed_out is None and found == expected, (
+        f"{timed_out or ''}\n{len(wrong)} of {len(expected)} window counts wrong, "
+        f"(found, expected): {dict(list(wrong.items())[:5])}\n{second.output()[-2000:]}"
     )

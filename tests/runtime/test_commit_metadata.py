@@ -264,3 +264,20 @@ def test_the_metadata_a_restart_reads_keeps_every_field_its_partitions_committed
     older = CommitMetadata(500, {("app-store-changelog", 1): 12}, writers={})
     assert CommitMetadata.latest([older, read, read]) == read
     assert CommitMetadata.latest([read, older]) == read
+
+
+def test_a_restart_reads_the_newest_commit_whichever_partition_carries_it() -> None:
+    """A task's commit carries one metadata on every partition it has read; a partition it has
+    not read since it started keeps an older one, perhaps with the same stream time (a backlog
+    of one writer's older records moves no stream time). The commit sequence decides."""
+    tp = ("app-a-repartition", 1)
+    older = CommitMetadata(1_000, {("app-store-changelog", 1): 10}, {}, True,
+                           {tp: {"0_1": WriterState(1_000, False, 5)}}, sequence=3)  # fmt: skip
+    newer = CommitMetadata(1_000, {("app-store-changelog", 1): 20}, {}, True,
+                           {tp: {"0_1": WriterState(1_000, False, 9)}}, sequence=4)  # fmt: skip
+    assert CommitMetadata.decode(newer.encode()) == newer
+    assert CommitMetadata.latest([older, newer]) == newer
+    assert CommitMetadata.latest([newer, older]) == newer
+    # Commits from before sequences were recorded: the highest stream time, as before.
+    legacy = CommitMetadata(900, {("app-store-changelog", 1): 7}, {}, True)
+    assert CommitMetadata.latest([CommitMetadata.decode(legacy.encode()), older]) == older

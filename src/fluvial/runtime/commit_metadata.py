@@ -60,6 +60,10 @@ class CommitMetadata:
     # Merged repartition partitions (fluvial.processor.completeness): what the task knew of each
     # writer, and its last record taken, skipped on restart (taken out of offset order).
     writers: dict[tuple[str, int], dict[str, WriterState]] = field(default_factory=dict)
+    # Counts the task's commits, across restarts: a partition that a commit left out (nothing
+    # read from it since the task started) still carries an older metadata, perhaps with the
+    # same stream time, and must not win over the newest.
+    sequence: int = 0
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -75,6 +79,8 @@ class CommitMetadata:
             for (t, p), n in sorted(self.needed.items())
         ]
         payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
+        if self.sequence:
+            payload["sq"] = self.sequence
         if self.writers:
             payload["wr"] = [
                 [t, p, writer, s.high, int(s.idle), s.done]
@@ -107,7 +113,8 @@ class CommitMetadata:
             for t, p, writer, high, idle, done in data.get("wr", []):
                 state = WriterState(int(high), bool(idle), int(done))
                 writers.setdefault((t, int(p)), {})[str(writer)] = state
-            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers)
+            return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers,
+                       int(data.get("sq", 0)))  # fmt: skip
         except (ValueError, TypeError, zlib.error):
             return cls()
 
@@ -122,21 +129,28 @@ class CommitMetadata:
 
         tps = sorted(changelogs)
         metadata = cls(wide(), {tp: wide() for tp in tps},
-                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps})  # fmt: skip
+                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps},
+                       sequence=wide())  # fmt: skip
         return len(metadata.encode())
 
     @classmethod
     def latest(cls, candidates: Iterable[CommitMetadata]) -> CommitMetadata:
-        """The newest of a task's partitions' metadata (they are committed together)."""
+        """The newest of a task's partitions' metadata: the highest commit sequence, then the
+        highest stream time (commits from before sequences were recorded). Every partition a
+        commit includes carries the same metadata; metadata of equal rank are merged."""
         best = cls()
         for candidate in candidates:
-            if candidate.stream_time >= best.stream_time:
+            rank = (candidate.sequence, candidate.stream_time)
+            if rank > (best.sequence, best.stream_time):
+                best = candidate
+            elif rank == (best.sequence, best.stream_time):
                 best = cls(
                     candidate.stream_time,
                     {**best.changelog_ends, **candidate.changelog_ends},
                     {**best.needed, **candidate.needed},
                     best.known or candidate.known,
                     {**best.writers, **candidate.writers},
+                    candidate.sequence,
                 )
         return best
 

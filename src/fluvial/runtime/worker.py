@@ -14,6 +14,7 @@ backpressure (:mod:`~fluvial.runtime.backpressure`), the repartition purge
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -126,6 +127,8 @@ class Worker:
         self._committed: dict[tuple[str, int], int] = {}
         self._repartition_topics: set[str] = set()
         self._changelog_committed: dict[tuple[str, int], int] = {}
+        # Each task's last committed (or restored) metadata: see _offsets_to_commit.
+        self._metadata_committed: dict[TaskId, CommitMetadata] = {}
         # Window and session changelogs: the lowest offset each store may still need.
         self._horizons: dict[tuple[str, int], ChangelogHorizon] = {}
 
@@ -279,6 +282,7 @@ class Worker:
                     task, state, committed, restorer, progress, exactly_once=self.eos
                 )
                 self._changelog_committed.update(metadata.changelog_ends)
+                self._metadata_committed[task_id] = metadata
                 self._horizons.update(horizons)
                 task.initialize()
                 self.tasks[task_id] = task
@@ -513,10 +517,6 @@ class Worker:
                 # A cache flushed records after the task's last progress record: the next
                 # progress must follow them, or a downstream task waits for this writer forever.
                 progress.wrote_after_progress(task.task_id)
-        offsets = {}
-        for task in self.tasks.values():
-            offsets.update(task.committable_offsets())
-        changed = {tp: off for tp, off in offsets.items() if self._committed.get(tp) != off}
         self._collector.release()
         self._calls.call(lambda: self._producer.flush(TIMEOUT_S), "flush")
         self._collector.check()
@@ -536,8 +536,10 @@ class Worker:
                     end = last + 1 if last is not None else 0
                     newest = self._collector.newest_timestamp.get(tp, horizon.newest_written)
                     horizon.committed(end, task.stream_time, newest)
+        changed, metadata = self._offsets_to_commit()
+        encoded = {task_id: m.encode() for task_id, m in metadata.items()}
         tps = [
-            TopicPartition(t, p, off, metadata=self._metadata(self._task_by_tp[(t, p)]))
+            TopicPartition(t, p, off, metadata=encoded[self._task_by_tp[(t, p)].task_id])
             for (t, p), off in sorted(changed.items())
         ]
         if self.eos:
@@ -566,6 +568,7 @@ class Worker:
             self._announce(task_id, COMMITTED)
         self._collector.changelog_end.clear()
         self._committed.update(changed)
+        self._metadata_committed.update(metadata)
         if self.standbys is not None:
             self.standbys.checkpoint()
         if self.eos:
@@ -577,7 +580,33 @@ class Worker:
         if self._purge.due():
             self._purge.purge(self._committed, self._repartition_topics)
 
-    def _metadata(self, task: StreamTask) -> str:
+    def _offsets_to_commit(self) -> tuple[dict[tuple[str, int], int], dict[TaskId, CommitMetadata]]:
+        """Each task's input offsets to commit, and the metadata that goes with them.
+
+        A task commits every partition it has an offset for, each with the same metadata, once
+        an offset or the metadata changed since its last commit. The metadata can change alone:
+        a merged repartition partition keeps its offset at a held record of a slow writer while
+        the task takes other writers' records above it, and what it took must be committed, or
+        a restart processes those records again. Every partition carries the newest metadata,
+        so a restart cannot read an older one from a partition that was left out.
+        """
+        offsets: dict[tuple[str, int], int] = {}
+        metadata: dict[TaskId, CommitMetadata] = {}
+        for task_id, task in self.tasks.items():
+            task_offsets = task.committable_offsets()
+            if not task_offsets:
+                continue
+            last = self._metadata_committed.get(task_id, CommitMetadata())
+            current = self._metadata(task, last.sequence)
+            if current == last and all(
+                self._committed.get(tp) == off for tp, off in task_offsets.items()
+            ):
+                continue
+            offsets.update(task_offsets)
+            metadata[task_id] = dataclasses.replace(current, sequence=last.sequence + 1)
+        return offsets, metadata
+
+    def _metadata(self, task: StreamTask, sequence: int) -> CommitMetadata:
         ends = {
             tp: self._changelog_committed[tp]
             for tp in task.changelog_partitions().values()
@@ -589,7 +618,7 @@ class Worker:
             if tp in self._horizons
         }
         writers = task.writer_states()
-        return CommitMetadata(task.stream_time, ends, needed, writers=writers).encode()
+        return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence)
 
     # -- metrics ----------------------------------------------------------------------------
 
