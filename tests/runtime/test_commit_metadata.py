@@ -16,11 +16,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fluvial import Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
+from fluvial import JoinWindows, Materialized, StreamsBuilder, StreamsConfig, TimeWindows, serdes
 from fluvial.errors import ConfigError
 from fluvial.processor.completeness import WriterState
 from fluvial.runtime import Application
-from fluvial.runtime.commit_metadata import CommitMetadata
+from fluvial.runtime.commit_metadata import CommitMetadata, check_commit_metadata
 from fluvial.runtime.horizon import Needed
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import read_topic, wait_until
@@ -281,3 +281,35 @@ def test_a_restart_reads_the_newest_commit_whichever_partition_carries_it() -> N
     # Commits from before sequences were recorded: the highest stream time, as before.
     legacy = CommitMetadata(900, {("app-store-changelog", 1): 7}, {}, True)
     assert CommitMetadata.latest([CommitMetadata.decode(legacy.encode()), older]) == older
+
+
+def test_a_join_over_too_many_upstream_partitions_is_refused_before_anything_starts() -> None:
+    """Each downstream task commits what it took from every upstream task that writes its
+    merged repartition partitions: with enough input partitions that passes the broker's
+    limit, and the application would stop at its first commit. It is refused before any topic
+    is created, with the two ways out; Kafka Streams' stream time commits no writer states."""
+    builder = StreamsBuilder()
+    views = builder.stream("views", key_serde=serdes.string(), value_serde=serdes.json())
+    clicks = builder.stream("clicks", key_serde=serdes.string(), value_serde=serdes.json())
+    (
+        views.select_key(lambda k, v: v["page"])
+        .join(
+            clicks.select_key(lambda k, v: v["page"]),
+            lambda a, b: [a, b],
+            JoinWindows.of_time_difference_and_grace(1000, 1000),
+        )  # fmt: skip
+        .to("joined")
+    )
+    topology = builder.build()
+
+    def check(partitions: int, catch_up: bool = True) -> None:
+        config = StreamsConfig(application_id="app", bootstrap_servers="127.0.0.1:9",
+                               catch_up_completeness=catch_up)  # fmt: skip
+        internal = [t.name for t in topology.internal_topics("app")]
+        counts = {t: partitions for t in ["views", "clicks", *internal]}
+        check_commit_metadata(topology, config, counts)
+
+    check(32)
+    with pytest.raises(ConfigError, match=r"written by 240 upstream tasks.*catch_up_completeness"):
+        check(120)
+    check(120, catch_up=False)

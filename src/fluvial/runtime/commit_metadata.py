@@ -14,13 +14,16 @@ import json
 import logging
 import random
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError
 from fluvial.processor.completeness import WriterState
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
+from fluvial.runtime.progress import repartition_writers
+from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +31,45 @@ log = logging.getLogger(__name__)
 OFFSET_METADATA_MAX_BYTES = 4096
 
 
-def check_metadata_fits(task: str, changelogs: list[tuple[str, int]]) -> None:
-    """Refuse, before anything runs, a task whose commits could not carry their metadata.
+def check_commit_metadata(
+    topology: Topology, config: StreamsConfig, partitions: Mapping[str, int] | None = None
+) -> None:
+    """Refuse, before any topic is created, a sub-topology whose tasks' commits could not carry
+    their metadata. The broker would refuse such a commit on every attempt
+    (OFFSET_METADATA_TOO_LARGE), so the application would stop at its first commit.
 
-    The broker would refuse such a commit on every attempt (OFFSET_METADATA_TOO_LARGE).
+    Without ``partitions`` only the changelog offsets are counted. With every topic's partition
+    count, the writer states of merged repartition partitions too (catch-up completeness): one
+    per upstream task, so they grow with the upstream partition count.
     """
-    size = CommitMetadata.largest(changelogs)
-    if size > OFFSET_METADATA_MAX_BYTES:
+    subs = topology.subtopologies(config.application_id)
+    merged: dict[str, list[str]] = {}
+    if partitions is not None and config.catch_up_completeness:
+        writers = repartition_writers(subs, partitions)
+        merged = {t: ids for t, ids in writers.items() if len(ids) > 1}
+    for sub in subs:
+        tasks = max((partitions or {}).get(t, 10_000) for t in sub.source_topics)
+        last = tasks - 1  # the widest partition number
+        changelogs = [(topic, last) for topic in sub.changelog_topics().values()]
+        states = {(t, last): merged[t] for t in sub.source_topics if t in merged}
+        size = CommitMetadata.largest(changelogs, states)
+        if size <= OFFSET_METADATA_MAX_BYTES:
+            continue
+        limit = (f"could pass Kafka's offset.metadata.max.bytes "
+                 f"({OFFSET_METADATA_MAX_BYTES:,} by default)")  # fmt: skip
+        if not states:
+            raise ConfigError(
+                f"task {sub.id}_* has {len(changelogs)} changelogged stores: its commit metadata "
+                f"(changelog offsets, up to {size:,} bytes) {limit}. Split the sub-topology (a "
+                "repartition() between groups of stores starts a new one)."
+            )
+        count = sum(len(ids) for ids in states.values())
         raise ConfigError(
-            f"task {task} has {len(changelogs)} changelogged stores: its commit metadata "
-            f"(changelog offsets, up to {size:,} bytes) could pass Kafka's "
-            f"offset.metadata.max.bytes ({OFFSET_METADATA_MAX_BYTES:,} by default). Split "
-            "the sub-topology (a repartition() between groups of stores starts a new one)."
+            f"task {sub.id}_* reads {len(states)} repartition topic(s) written by "
+            f"{count} upstream tasks in all: its commit metadata (changelog offsets and what it "
+            f"took from each writer, up to {size:,} bytes) {limit}. Use fewer input partitions, or "
+            "set catch_up_completeness=False (Kafka Streams' stream time across repartition "
+            "topics; see 'Catch-up completeness' in docs/semantics.md)."
         )
 
 
@@ -119,17 +149,28 @@ class CommitMetadata:
             return cls()
 
     @classmethod
-    def largest(cls, changelogs: Iterable[tuple[str, int]]) -> int:
-        """About the longest metadata a task with these changelog partitions can commit: every
-        end and needed offset 19 digits wide, and all different, so they barely compress."""
+    def largest(
+        cls,
+        changelogs: Iterable[tuple[str, int]],
+        writers: Mapping[tuple[str, int], list[str]] | None = None,
+    ) -> int:
+        """About the longest metadata a task with these changelog partitions, and these writers
+        of its merged repartition partitions, can commit: every end and needed offset 19
+        digits wide, all different, so they barely compress; each writer's event time within
+        11 days of the others' (9 digits differ) and its last offset 10 digits wide."""
         rng = random.Random(0)
 
-        def wide() -> int:
-            return rng.randrange(10**18, 2**63)
+        def wide(low: int = 10**18, high: int = 2**63) -> int:
+            return rng.randrange(low, high)
 
         tps = sorted(changelogs)
+        now = 1_800_000_000_000
+        states = {
+            tp: {w: WriterState(now + wide(0, 10**9), False, wide(10**9, 10**10)) for w in ids}
+            for tp, ids in (writers or {}).items()
+        }
         metadata = cls(wide(), {tp: wide() for tp in tps},
-                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps},
+                       {tp: Needed(wide(), -wide(), -wide()) for tp in tps}, True, states,
                        sequence=wide())  # fmt: skip
         return len(metadata.encode())
 

@@ -21,7 +21,7 @@ from fluvial.kafka.security import AuthorizationError
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.client_calls import FencedError
-from fluvial.runtime.commit_metadata import check_metadata_fits
+from fluvial.runtime.commit_metadata import check_commit_metadata
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
@@ -43,14 +43,6 @@ def plan_tasks(topology: Topology, config: StreamsConfig, plan: TopicPlan) -> li
         partitions = max(plan.partitions[t] for t in sub.source_topics)
         tasks += [TaskId(sub.id, p) for p in range(partitions)]
     return tasks
-
-
-def check_commit_metadata(topology: Topology, config: StreamsConfig) -> None:
-    """Refuse, before any topic is created, a sub-topology whose tasks' commits could not carry
-    their changelog offsets (see :func:`~fluvial.runtime.commit_metadata.check_metadata_fits`)."""
-    for sub in topology.subtopologies(config.application_id):
-        changelogs = [(topic, 9_999) for topic in sub.changelog_topics().values()]
-        check_metadata_fits(f"{sub.id}_*", changelogs)
 
 
 def assign_slots(tasks: list[TaskId], slots: int) -> dict[int, list[TaskId]]:

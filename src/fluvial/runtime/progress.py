@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer
 
@@ -30,7 +30,7 @@ from fluvial.processor.completeness import (
     encode_progress,
 )
 from fluvial.processor.task import StreamTask
-from fluvial.topology.topology import Topology
+from fluvial.topology.topology import Subtopology, Topology
 
 METADATA_TIMEOUT_S = 30.0
 
@@ -39,6 +39,26 @@ log = logging.getLogger(__name__)
 
 def writer_id(task_id: TaskId) -> str:
     return str(task_id)
+
+
+def repartition_writers(
+    subs: Iterable[Subtopology], partitions: Mapping[str, int]
+) -> dict[str, list[str]]:
+    """Repartition topic -> ids of every task that writes it, given each topic's partitions."""
+    writers: dict[str, list[str]] = {}
+    for sub in subs:
+        # Repartition topics only: a foreign-key join's subscription and response topics
+        # ("-topic") feed table lookups, which have no event time to hold back, and the two
+        # go opposite ways between the same sub-topologies: merged, each side would wait on
+        # the other's progress for ever.
+        written = {t for t in sub.repartition_topics_written() if t.endswith("-repartition")}
+        if not written:
+            continue
+        tasks = max((partitions.get(t, 0) for t in sub.source_topics), default=0)
+        ids = [writer_id(TaskId(sub.id, p)) for p in range(tasks)]
+        for topic in written:
+            writers.setdefault(topic, []).extend(ids)
+    return writers
 
 
 class RepartitionProgress:
@@ -54,19 +74,7 @@ class RepartitionProgress:
             if meta.error is None and meta.partitions
         }
         #: Repartition topic -> ids of every task that writes it.
-        self.writers: dict[str, list[str]] = {}
-        for sub in subs:
-            # Repartition topics only: a foreign-key join's subscription and response topics
-            # ("-topic") feed table lookups, which have no event time to hold back, and the two
-            # go opposite ways between the same sub-topologies: merged, each side would wait on
-            # the other's progress for ever.
-            written = {t for t in sub.repartition_topics_written() if t.endswith("-repartition")}
-            if not written:
-                continue
-            tasks = max((self.partitions.get(t, 0) for t in sub.source_topics), default=0)
-            ids = [writer_id(TaskId(sub.id, p)) for p in range(tasks)]
-            for topic in written:
-                self.writers.setdefault(topic, []).extend(ids)
+        self.writers = repartition_writers(subs, self.partitions)
         #: Repartition topics with several writers: only those need merging. One writer's
         #: records are in its own order already, so they cost nothing extra.
         self.merged = frozenset(t for t, ids in self.writers.items() if len(ids) > 1)

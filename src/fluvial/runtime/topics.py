@@ -24,6 +24,7 @@ from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.kafka.diagnose import check_client_keys, check_reachable
 from fluvial.kafka.security import check_connection, is_secured
 from fluvial.runtime.clients import admin_settings
+from fluvial.runtime.commit_metadata import check_commit_metadata
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
                 f"{partitions[topic.name]}: run 'fluvial reset {app_id}' to recreate it"
             )
     _check_copartitioning(topology, app_id, partitions)
+    check_commit_metadata(topology, config, partitions)  # now with the writers of each task
     check_output_topics(topology, config, admin,
                         hint_partitions=max((partitions[t] for t in sources), default=1))  # fmt: skip
     specs = [
