@@ -180,6 +180,15 @@ def wait_for_results(
     return None
 
 
+def start_local(bootstrap: str, app_id: str, source: str, out: str, state_dir: Path) -> SparkRunner:
+    """The catch-up app on the local engine, committing every 100 ms, running its tasks."""
+    runner = SparkRunner(bootstrap, app_id, source, out, state_dir, engine="local", app=APP,
+                         commit_ms=100)  # fmt: skip
+    runner.start()
+    runner.wait_ready(240)
+    return runner
+
+
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_live_backlog_and_replay_give_the_same_results(
     engine: str, bootstrap_servers: str, unique_name, tmp_path: Path
@@ -249,11 +258,7 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
     app_id = unique_name("killed")
 
     def start() -> SparkRunner:
-        runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
-                             engine="local", app=APP, commit_ms=100)  # fmt: skip
-        runner.start()
-        runner.wait_ready(240)
-        return runner
+        return start_local(bootstrap_servers, app_id, source, out, tmp_path / app_id)
 
     first = start()
     try:
@@ -319,11 +324,7 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
     expected = Counter((category, ts - ts % app.WINDOW_MS) for _w, category, ts in records)
 
     def start() -> SparkRunner:
-        runner = SparkRunner(bootstrap_servers, app_id, source, out, tmp_path / app_id,
-                             engine="local", app=APP, commit_ms=100)  # fmt: skip
-        runner.start()
-        runner.wait_ready(240)
-        return runner
+        return start_local(bootstrap_servers, app_id, source, out, tmp_path / app_id)
 
     def window_counts() -> Counter:
         return final_results(bootstrap_servers, out)["windows"]
