@@ -314,7 +314,8 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
             ts = base_ms + i * step_ms + rng.randrange(step_ms)
             records.append((writer, rng.choice(CATEGORIES), ts))
     json_serde = serdes.json()
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True,
+                         "queue.buffering.max.messages": 2 * len(records)})  # fmt: skip
     for writer, category, ts in records:
         producer.produce(repartition, key=json_serde.serialize(repartition, category),
                          value=json_serde.serialize(repartition, {"category": category}),
