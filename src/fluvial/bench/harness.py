@@ -258,6 +258,7 @@ class Launched:
 
     def stop(self) -> int | None:
         """SIGTERM (every system here commits and stops on it), then SIGKILL after a while."""
+        self.tree.sample()  # after the measured end, whatever the sampler's pace
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -71,13 +71,21 @@ class ProcessTree(threading.Thread):
         self.interval_s = interval_s
         self.samples: list[tuple[float, float, int]] = []  # (epoch s, CPU s, RSS bytes)
         self._halt = threading.Event()
+        self._lock = threading.Lock()
 
     def run(self) -> None:
         while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval_s)
+
+    def sample(self) -> None:
+        """Sample now. Called before the tree is stopped too, so a run shorter than the
+        interval (or a sampler the machine's load held back) still has a sample after its
+        end: without one its CPU would read as zero."""
+        with self._lock:
             cpu, rss = tree_usage(self.root)
             if rss:
                 self.samples.append((time.time(), cpu, rss))
-            self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
         self._halt.set()
