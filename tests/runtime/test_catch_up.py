@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from fluvial import StreamsBuilder, serdes
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.processor.completeness import WRITER_HEADER
 from fluvial.runtime.reset import reset_application
 from tests.event_times import event_time_base_ms
 from tests.runtime.apps import catch_up as app
@@ -319,7 +320,7 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
     for writer, category, ts in records:
         producer.produce(repartition, key=json_serde.serialize(repartition, category),
                          value=json_serde.serialize(repartition, {"category": category}),
-                         partition=0, timestamp=ts, headers=[("fluvial.writer", writer.encode())])  # fmt: skip
+                         partition=0, timestamp=ts, headers=[(WRITER_HEADER, writer.encode())])  # fmt: skip
         producer.poll(0)
     flush(producer)
     expected = Counter((category, ts - ts % app.WINDOW_MS) for _w, category, ts in records)
