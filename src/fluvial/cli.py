@@ -293,6 +293,7 @@ def describe(
     description = loaded.topology.describe(app_id)
     if fmt == "text":
         out.print(str(description), highlight=False, markup=False, soft_wrap=True)
+        _print_generated_names(loaded.topology)
         from fluvial.sinks.egress import declared_egress
 
         try:
@@ -308,6 +309,25 @@ def describe(
         out.print(render(), highlight=False, markup=False, soft_wrap=True)
     else:
         _fail(FluvialError(f"unknown --format {fmt!r}: use text, dot or mermaid"))
+
+
+def _print_generated_names(topology) -> None:  # noqa: ANN001 - a Topology
+    """Mark every store and repartition topic whose name was generated from its position."""
+    from fluvial.topology.layout import layout_of, naming_hint
+
+    generated = [r for r in layout_of(topology) if r.generated]
+    if not generated:
+        return
+    out.print(
+        f"Generated names ({len(generated)}): these hold state under names numbered by "
+        "operator position; adding or removing an operator before them renames them, and the "
+        "next version would start them empty (fluvial run refuses, and fluvial upgrade can "
+        "carry them over). Name them to keep them stable:",
+        highlight=False, markup=False, soft_wrap=True,
+    )  # fmt: skip
+    for resource in generated:
+        out.print(f"  * {resource.describe()}: {naming_hint(resource)}",
+                  highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 
 @app.command("run")
@@ -371,11 +391,23 @@ def run(
             "FLUVIAL_SPARK_CONF=k=v,k2=v2 is read too; these win",
         ),
     ] = None,
+    allow_state_loss: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-state-loss",
+            metavar="NAME",
+            help="Start although this version no longer uses the store or repartition topic "
+            "NAME of the last deployment, whose state is then left behind (or, for a missing "
+            "internal topic, recreated empty); repeatable. Without it such a start is refused",
+        ),
+    ] = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
+    from fluvial.runtime.deployments import DeploymentPolicy
     from fluvial.runtime.runner import run_application
 
+    deployment = DeploymentPolicy(allow_state_loss=_names(allow_state_loss))
     extra_spark_conf = None
     try:
         if spark_conf and engine != "spark":
@@ -419,12 +451,14 @@ def run(
                 app_file, config, master=master, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
                 stop_timeout_s=stop_timeout_s, pack=pack, spark_conf=extra_spark_conf,
+                deployment=deployment,
             )  # fmt: skip
         elif engine == "local":
             code = run_application(
                 loaded.topology, config, workers=workers, console=console,
                 prometheus_port=prometheus_port, live=not quiet, serve=serve,
                 stop_timeout_s=stop_timeout_s, app_file=app_file, reader=reader_process,
+                deployment=deployment,
             )  # fmt: skip
         else:
             raise FluvialError(f"unknown engine {engine!r}: use --engine spark or --engine local")
@@ -437,6 +471,87 @@ def run(
         if egress.errors and code == 0:
             code = 1
     raise typer.Exit(code=code)
+
+
+def _names(values: list[str] | None) -> frozenset[str]:
+    """Repeated or comma-separated names."""
+    return frozenset(n.strip() for v in values or [] for n in v.split(",") if n.strip())
+
+
+@app.command("upgrade")
+def upgrade(
+    app_file: Annotated[Path, typer.Argument(help="The application's new version: APP.py")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be carried over; record nothing")
+    ] = False,
+    allow_state_loss: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-state-loss",
+            metavar="NAME",
+            help="Leave the last deployment's store or repartition topic NAME behind, where "
+            "nothing of this version matches it; repeatable",
+        ),
+    ] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
+    client_config: ClientConfigOption = None,
+) -> None:
+    """Carry a running application's state over to a new version of its topology.
+
+    Where a change only moved generated names (an operator added before a count shifts the
+    count's store and repartition topic numbers), each moved store and repartition topic of
+    this version is mapped onto the last deployment's topic, so the new version continues from
+    the old state; nothing is copied. Ambiguous matches (two alike operators) are refused.
+    Stop the application first, then upgrade, then run it as usual.
+    """
+    from fluvial.config import StreamsConfig
+    from fluvial.runtime.deployments import DeploymentPolicy, commit_deployment, plan_deployment
+    from fluvial.runtime.reset import refuse_if_running
+
+    loaded = _load(app_file)
+    try:
+        settings_bootstrap, settings = client_settings_or_exit(client_config)
+        overrides: dict[str, object] = {}
+        if bootstrap_servers or settings_bootstrap:
+            overrides["bootstrap_servers"] = bootstrap_servers or settings_bootstrap
+        if settings:
+            overrides["client_config"] = {**(loaded.config or StreamsConfig()).client_config,
+                                          **settings}  # fmt: skip
+        config = (loaded.config or StreamsConfig()).with_overrides(**overrides)
+        from fluvial.kafka.security import check_connection
+
+        check_connection(config.bootstrap_servers, config.client_config)
+        from confluent_kafka.admin import AdminClient
+
+        from fluvial.runtime.clients import admin_settings
+
+        admin = AdminClient(admin_settings(config))
+        if not dry_run:
+            refuse_if_running(admin, config.application_id)
+        policy = DeploymentPolicy(allow_state_loss=_names(allow_state_loss), upgrade=True)
+        plan = plan_deployment(loaded.topology, config, policy, admin)
+        verb = "would carry" if dry_run else "carries"
+        app_id = config.application_id
+        if not plan.carried and not plan.lost:
+            console.print(f"upgrade {app_id}: nothing to carry over; this version keeps every "
+                          "store and repartition topic of the last deployment", soft_wrap=True)  # fmt: skip
+        for move in plan.carried:
+            console.print(
+                f"upgrade {app_id}: {verb} {move.old.describe()} -> {move.new.name} "
+                f"(keeps topic {app_id}-{move.old.topic})",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
+        for resource in plan.lost:
+            console.print(f"upgrade {app_id}: leaves behind {resource.describe()}, as allowed",
+                          highlight=False, soft_wrap=True)  # fmt: skip
+        if dry_run:
+            console.print(f"upgrade {app_id}: dry run, nothing recorded", soft_wrap=True)
+            return
+        commit_deployment(plan, config, topics_created=False)
+        console.print(f"upgrade {app_id}: recorded; start the new version with "
+                      f"'fluvial run {app_file}'", highlight=False, soft_wrap=True)  # fmt: skip
+    except FluvialError as error:
+        _fail(error)
 
 
 def _start_egress(app_file: Path, config):  # noqa: ANN001, ANN202 - returns Egress | None

@@ -79,6 +79,10 @@ class StreamsConfig:
     # replay gives the results live input gives (docs/semantics.md, "Catch-up completeness").
     # False keeps Kafka Streams' rule: a downstream task's stream time follows its fastest writer.
     catch_up_completeness: bool = True
+    # Refuse to start while any store, changelog or repartition topic has a generated name
+    # (``KSTREAM-AGGREGATE-STATE-STORE-0000000004``): such names shift when an operator is added
+    # before them (Kafka Streams' ensure.explicit.internal.resource.naming, KIP-1111).
+    ensure_explicit_internal_resource_naming: bool = False
     # Extra librdkafka settings passed to every client (for example SASL or TLS options).
     client_config: dict[str, Any] = field(default_factory=dict)
 

@@ -170,6 +170,7 @@ class Runner:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     workers: int | None = None  # --workers: the number of slots
+    args: list[str] = field(default_factory=list)  # more options of fluvial run
 
     def start(self, *, prometheus_port: int | None = None) -> None:
         cmd = [sys.executable, "-m", "fluvial.cli", "run", str(APP), "--engine", "local"]
@@ -193,6 +194,7 @@ class Runner:
             cmd = [*cmd, "--prometheus-port", str(prometheus_port)]
         if self.workers:
             cmd = [*cmd, "--workers", str(self.workers)]
+        cmd = [*cmd, *self.args]
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.state_dir / f"run-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:

@@ -98,11 +98,19 @@ def plan_reset(
     without them, candidates are found by name and must be unambiguous.
     """
     admin = _admin(bootstrap_servers, client_config)
-    _refuse_if_running(admin, application_id)
+    refuse_if_running(admin, application_id)
     existing = set(admin.list_topics(timeout=15).topics)
     plan = ResetPlan(application_id)
     if internal_topics is not None:
-        plan.topics = sorted(t for t in internal_topics if t in existing)
+        # Topics carried over from an earlier deployment (fluvial upgrade) are the app's too.
+        from fluvial.config import StreamsConfig
+        from fluvial.runtime.deployments import recorded_topics
+
+        config = StreamsConfig(application_id=application_id,
+                               bootstrap_servers=bootstrap_servers,
+                               client_config=dict(client_config or {}))  # fmt: skip
+        wanted = set(internal_topics) | set(recorded_topics(config))
+        plan.topics = sorted(t for t in wanted if t in existing)
     else:
         candidates = sorted(t for t in existing if name_part(application_id, t) is not None)
         ambiguous = {t: owner for t in candidates if (owner := other_owner(application_id, t))}
@@ -117,7 +125,10 @@ def plan_reset(
                 f"instead (fluvial reset APP.py), which names its exact topics; nothing was "
                 "deleted"
             )
-        plan.topics = candidates
+        from fluvial.runtime.deployments import deployments_topic
+
+        record = deployments_topic(application_id)
+        plan.topics = candidates + ([record] if record in existing else [])
     plan.groups = _existing_groups(admin, [application_id, f"{application_id}-driver"])
     app_state = Path(state_dir) / application_id
     plan.state = app_state if app_state.exists() else None
@@ -165,7 +176,7 @@ def apply_reset(
     return report
 
 
-def _refuse_if_running(admin: AdminClient, application_id: str) -> None:
+def refuse_if_running(admin: AdminClient, application_id: str) -> None:
     groups = admin.describe_consumer_groups([application_id])
     try:
         group = groups[application_id].result()

@@ -33,6 +33,7 @@ from fluvial.iq.server import (
 from fluvial.iq.server import serve as start_server
 from fluvial.iq.service import LocalQueryService
 from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
+from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import Application
 from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
@@ -216,6 +217,7 @@ def run_application(
     serve: str | None = None,
     app_file: Path | None = None,
     reader: bool | None = None,
+    deployment: DeploymentPolicy | None = None,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed).
 
@@ -226,7 +228,7 @@ def run_application(
     console = console or Console(stderr=True)
     check_serve_address(serve)
     with_reader = use_reader_process(config, serve, app_file, reader)
-    app = Application(topology, config, workers=workers)
+    app = Application(topology, config, workers=workers, deployment=deployment)
     stopper = SignalStop(app.stop_event.set, timeout_s=stop_timeout_s, console=console)
     stopper.install()
     started = time.monotonic()

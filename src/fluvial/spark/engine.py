@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
+from fluvial.runtime.deployments import DeploymentPolicy, commit_deployment, prepare_deployment
 from fluvial.runtime.engine import (
     assign_slots,
     assign_standbys,
@@ -139,8 +140,11 @@ class SparkApplication:
         spark_conf: dict[str, str] | None = None,
         on_lease: Callable[[int, list[LeaseResult]], None] | None = None,
         python_env: Packed | None = None,
+        deployment: DeploymentPolicy | None = None,
     ) -> None:
         self.app_path = Path(app_path)
+        #: What the user said of this deployment's state (``--allow-state-loss``).
+        self.deployment = deployment
         loaded = load_app(self.app_path)
         self.topology: Topology = loaded.topology
         self.config = config or loaded.config or StreamsConfig()
@@ -225,10 +229,15 @@ class SparkApplication:
         # it (and exits with this process in any case).
         starting = _Background(self._start_spark) if self._spark is None else None
         try:
+            # Before anything is created: a new version that would drop committed state stops
+            # here. Executors rebuild the topology with the same carried-over topics.
+            deployment = prepare_deployment(self.topology, self.config, self.deployment)
+            self.topology = deployment.topology
             check_commit_metadata(self.topology, self.config)
             # Every user topic checked (sources, outputs, co-partitioning), internal topics
             # made: a mistake stops the run here, before any slot runs.
             plan = ensure_internal_topics(self.topology, self.config)
+            commit_deployment(deployment, self.config)
             self.task_ids = plan_tasks(self.topology, self.config, plan)
             self._source_topics = {
                 sub.id: list(sub.source_topics)
@@ -247,7 +256,9 @@ class SparkApplication:
         check_no_speculation(dict(self.sc.getConf().getAll()))
         host = self.sc.getConf().get("spark.driver.host") or "127.0.0.1"
         self._progress = LeaseProgress(host, self.stop_event)
-        self._source_broadcast = self.sc.broadcast(AppSource.read(self.app_path))
+        self._source_broadcast = self.sc.broadcast(
+            AppSource.read(self.app_path, self.topology.internal_names())
+        )
         self._relayout(initial=True)
         self._thread = threading.Thread(target=self._run, name="fluvial-leases", daemon=True)
         self._thread.start()

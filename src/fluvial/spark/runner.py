@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fluvial.config import StreamsConfig
+from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.runner import (
     PLAIN_STATUS_INTERVAL_S,
     STATUS_INTERVAL_S,
@@ -38,6 +39,7 @@ def run_spark_application(
     serve: str | None = None,
     pack: bool | None = None,
     spark_conf: dict[str, str] | None = None,
+    deployment: DeploymentPolicy | None = None,
 ) -> int:
     """Run until stopped; return the process exit code (0 clean, 1 failed).
 
@@ -59,7 +61,7 @@ def run_spark_application(
             soft_wrap=True,
         )
     app = SparkApplication(app_path, config, master=master, slots=workers, python_env=python_env,
-                           spark_conf=spark_conf)  # fmt: skip
+                           spark_conf=spark_conf, deployment=deployment)  # fmt: skip
     started = time.monotonic()
     console.print(
         f"fluvial: running {config.application_id} on {config.bootstrap_servers} "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -98,6 +99,8 @@ class AppSource:
     text: str
     env: dict[str, str] = field(default_factory=dict)
     withheld: tuple[str, ...] = ()
+    # Internal topics carried over from an earlier deployment (Topology.internal_names()).
+    internal_names: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Variable names only: a value has no business in a log or an error.
@@ -108,14 +111,15 @@ class AppSource:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+        names = json.dumps(self.internal_names, sort_keys=True) if self.internal_names else ""
+        return hashlib.sha256((self.text + names).encode()).hexdigest()[:16]
 
     @classmethod
-    def read(cls, path: Path) -> AppSource:
+    def read(cls, path: Path, internal_names: dict[str, dict[str, str]] | None = None) -> AppSource:
         names = [k for k in os.environ if k.startswith("FLUVIAL_") and k != EXECUTOR_STATE_DIR_ENV]
         env = {k: os.environ[k] for k in names if not fluvial_secret(k)}
         withheld = tuple(sorted(set(names) - set(env)))
-        return cls(path.name, path.read_text(), env, withheld)
+        return cls(path.name, path.read_text(), env, withheld, dict(internal_names or {}))
 
 
 @dataclass(frozen=True)
@@ -485,6 +489,9 @@ def _topology(source: AppSource) -> Topology:
         try:
             loaded = load_app(path)
             topology = loaded.topology
+            if any(source.internal_names.values()):  # as the driver's deployment named them
+                topology = topology.renamed(source.internal_names.get("changelogs"),
+                                            source.internal_names.get("repartitions"))  # fmt: skip
             if loaded.config is not None:
                 _app_extractors[source.digest] = loaded.config.default_timestamp_extractor
         except (KeyError, AppError) as error:

@@ -98,12 +98,15 @@ class StoreSpec:
     history_retention_ms: int | None = None
     # Set for stores that the DSL itself reads and writes as bytes; user stores get typed views.
     internal_format: bool = False
+    # The changelog's name without the application id, when an earlier deployment's changelog
+    # was carried over to this store (``fluvial upgrade``); None: ``<store>-changelog``.
+    changelog_name: str | None = None
 
     def changelog_topic(self, application_id: str) -> str | None:
         """``<application_id>-<store>-changelog``, or ``None`` when logging is off."""
         if not self.logging_enabled:
             return None
-        return f"{application_id}-{self.name}-changelog"
+        return f"{application_id}-{self.changelog_name or self.name + '-changelog'}"
 
     @property
     def time_retained(self) -> bool:

@@ -96,6 +96,7 @@ class Topology:
         global_nodes: set[str] | None = None,
         global_stores: set[str] | None = None,
         table_sources: set[str] | None = None,
+        renamed_topics: dict[str, str] | None = None,
     ) -> None:
         self.nodes = nodes
         self.stores = stores
@@ -104,6 +105,9 @@ class Topology:
         self.global_nodes = frozenset(global_nodes or ())
         self.global_stores = frozenset(global_stores or ())
         self._table_sources = frozenset(table_sources or ())
+        #: Internal topics carried over from an earlier deployment: name in this topology ->
+        #: the topic used instead (both without the application id); see :meth:`renamed`.
+        self.renamed_topics = dict(renamed_topics or {})
         self._groups = self._make_groups()
 
     # -- structure --------------------------------------------------------------------------
@@ -371,6 +375,81 @@ class Topology:
             {f"{application_id}-{t}" if t in self._internal_topics else t for t in group}
             for group in self._copartition_topics()
         ]
+
+    # -- internal names carried over between deployments ----------------------------------------
+    def internal_topic_names(self) -> list[str]:
+        """Internal topics as the nodes name them, without the application id."""
+        return sorted(self._internal_topics)
+
+    def repartition_topics(self) -> dict[str, str]:
+        """Repartition topic as this topology names it -> the topic its nodes use (the same
+        unless renamed), both without the application id."""
+        physical_to_name = {v: k for k, v in self.renamed_topics.items()}
+        return {
+            physical_to_name.get(name, name): name
+            for name, topic in self._internal_topics.items()
+            if topic.kind == "repartition"
+        }
+
+    def internal_names(self) -> dict[str, dict[str, str]]:
+        """What :meth:`renamed` was given, as plain data (it travels to Spark executors)."""
+        changelogs = {
+            name: spec.changelog_name
+            for name, spec in self.stores.items()
+            if spec.changelog_name is not None
+        }
+        return {"changelogs": changelogs, "repartitions": dict(self.renamed_topics)}
+
+    def renamed(
+        self, changelogs: dict[str, str] | None = None, repartitions: dict[str, str] | None = None
+    ) -> Topology:
+        """This topology with some internal topics named as an earlier deployment named them.
+
+        ``changelogs``: store -> changelog topic; ``repartitions``: repartition topic -> the
+        topic to use; all without the application id. Stores keep their names (processors look
+        them up by name); only the topics behind them change.
+        """
+        import copy
+        from dataclasses import replace
+
+        changelogs = dict(changelogs or {})
+        wanted = {**self.renamed_topics, **(repartitions or {})}
+        # Undo earlier renames first, so renaming composes and a name maps at most once.
+        back = {v: k for k, v in self.renamed_topics.items()}
+        by_name = {back.get(t, t): topic for t, topic in self._internal_topics.items()}
+        mapping = {name: wanted.get(name, name) for name in by_name}
+        current = {back.get(t, t): t for t in self._internal_topics}
+        rename = {current[name]: mapping[name] for name in by_name}  # node topic -> new
+
+        nodes: dict[str, Node] = {}
+        for name, node in self.nodes.items():
+            if isinstance(node, SinkNode) and node.topic in rename:
+                node = copy.copy(node)
+                node.topic = rename[node.topic]
+            elif isinstance(node, SourceNode) and any(t in rename for t in node.topics):
+                node = copy.copy(node)
+                node.topics = [rename.get(t, t) for t in node.topics]
+            nodes[name] = node
+        internal = {
+            rename[t]: replace(
+                topic, name=rename[t], follows=tuple(rename.get(f, f) for f in topic.follows)
+            )
+            for t, topic in self._internal_topics.items()
+        }
+        stores = {
+            name: replace(spec, changelog_name=changelogs.get(name, spec.changelog_name))
+            for name, spec in self.stores.items()
+        }
+        return Topology(
+            nodes=nodes,
+            stores=stores,
+            internal_topics=internal,
+            copartition_groups=[set(g) for g in self._copartition_sources],
+            global_nodes=set(self.global_nodes),
+            global_stores=set(self.global_stores),
+            table_sources=set(self._table_sources),
+            renamed_topics={k: v for k, v in mapping.items() if k != v},
+        )
 
     def describe(self, application_id: str | None = None):  # noqa: ANN201 - see describe.py
         """A printable :class:`~fluvial.topology.describe.TopologyDescription`.
