@@ -9,6 +9,12 @@ class ConfigError(FluvialError):
     """Invalid configuration, found before anything starts."""
 
 
+class StateLossError(ConfigError):
+    """A new deployment would leave committed state behind (a store or repartition topic the
+    last deployment used), or recreate a missing internal topic empty; found before anything
+    is created. ``fluvial upgrade`` or ``--allow-state-loss`` are the ways on."""
+
+
 class TopologyError(FluvialError):
     """An invalid topology, found at ``StreamsBuilder.build()``."""
 

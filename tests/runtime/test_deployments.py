@@ -23,8 +23,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from fluvial import serdes
+from fluvial.errors import StateLossError
 from fluvial.runtime import Application
-from fluvial.runtime.deployments import DeploymentPolicy, StateLossError, deployments_topic
+from fluvial.runtime.deployments import DeploymentPolicy, deployments_topic
 from fluvial.runtime.loader import load_app
 from tests import processes
 from tests.event_times import event_time_base_ms

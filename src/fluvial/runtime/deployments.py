@@ -35,7 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from fluvial.config import StreamsConfig
-from fluvial.errors import ConfigError, TopologyError
+from fluvial.errors import ConfigError, StateLossError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.processor.completeness import PROGRESS_HEADER, WRITER_HEADER
 from fluvial.runtime.client_calls import TRANSIENT_ERRORS
@@ -66,16 +66,16 @@ def deployments_topic(application_id: str) -> str:
     return f"{application_id}-{DEPLOYMENTS_SUFFIX}"
 
 
-class StateLossError(ConfigError):
-    """A deployment would leave committed state behind, or recreate a missing topic empty."""
-
-
 @dataclass(frozen=True)
 class DeploymentPolicy:
     """What the user said about this start.
 
     ``allow_state_loss``: names (store, repartition topic, or their topics) whose loss is
     intended. ``upgrade``: carry moved generated names over (``fluvial upgrade``).
+
+    ``Application(topology, config, deployment=DeploymentPolicy(allow_state_loss=
+    frozenset({"KSTREAM-AGGREGATE-STATE-STORE-0000000002"})))`` is ``fluvial run
+    --allow-state-loss KSTREAM-AGGREGATE-STATE-STORE-0000000002`` in Python.
     """
 
     allow_state_loss: frozenset[str] = frozenset()
@@ -263,13 +263,6 @@ def recorded_topics(config: StreamsConfig) -> list[str]:
         return [topic] + [f"{config.application_id}-{r.topic}" for r in recorded]
     finally:
         probe.close()
-
-
-def prepare_deployment(
-    topology: Topology, config: StreamsConfig, policy: DeploymentPolicy | None = None
-) -> DeploymentPlan:
-    """What both engines call first: the plan (refusing a loss), with the topology to run."""
-    return plan_deployment(topology, config, policy)
 
 
 # -- the comparison ---------------------------------------------------------------------------

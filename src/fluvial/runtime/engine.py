@@ -22,7 +22,7 @@ from fluvial.processor.collector import TaskId
 from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.client_calls import FencedError
 from fluvial.runtime.commit_metadata import check_commit_metadata
-from fluvial.runtime.deployments import DeploymentPolicy, commit_deployment, prepare_deployment
+from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
@@ -113,12 +113,10 @@ class Application:
         self.task_board: TaskBoard | None = None
 
     def start(self) -> None:
-        # Before anything is created: a new version that would drop committed state stops here.
-        deployment = prepare_deployment(self.topology, self.config, self.deployment)
-        self.topology = deployment.topology
         check_commit_metadata(self.topology, self.config)
-        plan = ensure_internal_topics(self.topology, self.config)
-        commit_deployment(deployment, self.config)
+        # A new version that would drop committed state stops here, before anything is made.
+        plan = ensure_internal_topics(self.topology, self.config, self.deployment)
+        self.topology = plan.topology or self.topology
         self.task_ids = plan_tasks(self.topology, self.config, plan)
         slots = min(self.slots, len(self.task_ids))
         if self.config.num_standby_replicas:

@@ -7,7 +7,7 @@ mistake is reported before anything is consumed.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from confluent_kafka.admin import (
     AdminClient,
@@ -25,6 +25,7 @@ from fluvial.kafka.diagnose import check_client_keys, check_reachable
 from fluvial.kafka.security import check_connection, is_secured
 from fluvial.runtime.clients import admin_settings
 from fluvial.runtime.commit_metadata import check_commit_metadata
+from fluvial.runtime.deployments import DeploymentPolicy, commit_deployment, plan_deployment
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class TopicPlan:
 
     partitions: dict[str, int]
     internal: list[TopicSpec]
+    #: The topology to run: internal topics carried over from the last deployment applied.
+    topology: Topology | None = None
 
 
 def existing_partition_counts(admin: AdminClient, topics: list[str]) -> dict[str, int]:
@@ -151,11 +154,17 @@ def _check_copartitioning(topology: Topology, app_id: str, partitions: dict[str,
             )
 
 
-def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPlan:
-    """Plan and create the internal topics (existing ones are kept).
+def ensure_internal_topics(
+    topology: Topology, config: StreamsConfig, deployment: DeploymentPolicy | None = None
+) -> TopicPlan:
+    """Plan and create the internal topics (existing ones are kept); the plan's ``topology`` is
+    the one to run.
 
     Against a secured cluster, first check the credentials and the principal's ACLs, so
-    either mistake stops the application at once with a clear error.
+    either mistake stops the application at once with a clear error. Then, before anything is
+    created, compare the deployment with the last one (:mod:`fluvial.runtime.deployments`):
+    a change that would leave committed state behind stops here, unless ``deployment`` says
+    the loss is intended.
     """
     check_client_keys(config.client_config)
     check_connection(config.bootstrap_servers, config.client_config)
@@ -164,12 +173,15 @@ def ensure_internal_topics(topology: Topology, config: StreamsConfig) -> TopicPl
     else:
         check_reachable(config.bootstrap_servers, config.client_config)
     admin = AdminClient(admin_settings(config))
+    prepared = plan_deployment(topology, config, deployment, admin)
+    topology = prepared.topology
     plan = plan_topics(topology, config, admin)
     create_topics(config.bootstrap_servers, plan.internal, admin_config=config.client_config)
     if is_secured(config.client_config):
         check_internal_topic_access(topology, config)  # what a first start could not ask
     reconcile_time_retention(admin, plan.internal)
-    return plan
+    commit_deployment(prepared, config)  # the topics it names exist now
+    return replace(plan, topology=topology)
 
 
 # Settings of a time-retained changelog that an existing topic must be brought up to.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.processor.collector import TaskId
-from fluvial.runtime.deployments import DeploymentPolicy, commit_deployment, prepare_deployment
+from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import (
     assign_slots,
     assign_standbys,
@@ -229,15 +229,13 @@ class SparkApplication:
         # it (and exits with this process in any case).
         starting = _Background(self._start_spark) if self._spark is None else None
         try:
-            # Before anything is created: a new version that would drop committed state stops
-            # here. Executors rebuild the topology with the same carried-over topics.
-            deployment = prepare_deployment(self.topology, self.config, self.deployment)
-            self.topology = deployment.topology
             check_commit_metadata(self.topology, self.config)
-            # Every user topic checked (sources, outputs, co-partitioning), internal topics
-            # made: a mistake stops the run here, before any slot runs.
-            plan = ensure_internal_topics(self.topology, self.config)
-            commit_deployment(deployment, self.config)
+            # Every user topic checked (sources, outputs, co-partitioning), the deployment
+            # compared with the last one, internal topics made: a mistake stops the run here,
+            # before any slot runs. Executors rebuild the topology with the same carried-over
+            # internal topics (AppSource.internal_names).
+            plan = ensure_internal_topics(self.topology, self.config, self.deployment)
+            self.topology = plan.topology or self.topology
             self.task_ids = plan_tasks(self.topology, self.config, plan)
             self._source_topics = {
                 sub.id: list(sub.source_topics)
