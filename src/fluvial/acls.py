@@ -98,7 +98,7 @@ def derive_acls(
     if config.dead_letter_topic:
         rules.add(AclRule("TOPIC", "LITERAL", config.dead_letter_topic, "WRITE", "dead letters"))
     if internal:
-        why = "internal topics (repartition, changelog)"
+        why = "internal topics (repartition, changelog, the deployment record)"
         for operation in ("CREATE", "READ", "WRITE"):
             rules.add(AclRule("TOPIC", "PREFIXED", prefix, operation, why))
         if any(t.name.endswith("-repartition") for t in internal):
