@@ -179,6 +179,7 @@ def plan_deployment(
             new = [_on_topic(r, carried[r.name].old.topic) if r.name in carried else r
                    for r in new]  # fmt: skip
             left = [r for r in left if all(m.old is not r for m in plan.carried)]
+        _warn_unknown_names(policy, old, new, app_id)
         refused = [r for r in left if not policy.allows(r, app_id)]
         plan.lost = [r for r in left if policy.allows(r, app_id)]
         if refused:
@@ -266,6 +267,20 @@ def recorded_topics(config: StreamsConfig) -> list[str]:
 
 
 # -- the comparison ---------------------------------------------------------------------------
+
+
+def _warn_unknown_names(
+    policy: DeploymentPolicy, old: list[Resource], new: list[Resource], app_id: str
+) -> None:
+    """A name given to ``--allow-state-loss`` that names nothing is most likely misspelt; a
+    start goes on (the flag may outlive the one start it was meant for), and says so."""
+    known = set()
+    for r in old + new:
+        known |= {r.name, r.topic, f"{app_id}-{r.topic}"}
+    for name in sorted(policy.allow_state_loss - known):
+        log.warning("--allow-state-loss %s names no store or repartition topic of %s's last "
+                    "deployment or of this one; known: %s", name, app_id,
+                    ", ".join(sorted(r.name for r in old)) or "none")  # fmt: skip
 
 
 def _on_topic(resource: Resource, topic: str) -> Resource:
