@@ -127,3 +127,33 @@ def test_a_renamed_topology_uses_the_carried_topics_and_keeps_store_names() -> N
         "changelogs": {store.name: "OLD-changelog"},
         "repartitions": {repartition.name: "NEWER-repartition"},
     }
+
+
+def test_describe_marks_every_generated_stateful_name(tmp_path) -> None:  # noqa: ANN001
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests import processes
+
+    app = Path(__file__).parents[1] / "runtime" / "apps" / "versions.py"
+    env = {**os.environ, "FLUVIAL_TEST_INPUT": "clicks", "FLUVIAL_TEST_OUTPUT": "counts",
+           "FLUVIAL_TEST_APP_ID": "clicks-app", "FLUVIAL_TEST_BOOTSTRAP": "127.0.0.1:1",
+           "FLUVIAL_TEST_STATE_DIR": str(tmp_path)}  # fmt: skip
+
+    def describe(named: str) -> subprocess.CompletedProcess[str]:
+        return processes.run([sys.executable, "-m", "fluvial.cli", "describe", str(app)],
+                             timeout=120, env={**env, "FLUVIAL_TEST_NAMED": named})  # fmt: skip
+
+    generated = describe("0")
+    assert generated.returncode == 0, generated.stderr
+    marked = [line for line in generated.stdout.splitlines() if line.startswith("  * ")]
+    assert len(marked) == 2, generated.stdout
+    assert "store KSTREAM-AGGREGATE-STATE-STORE-0000000002" in marked[0]
+    assert "Materialized.as_" in marked[0]
+    assert "repartition topic KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition" in marked[1]
+    assert "Grouped.as_" in marked[1]
+    named = describe("1")
+    assert named.returncode == 0, named.stderr
+    assert "Generated names" not in named.stdout

@@ -132,6 +132,7 @@ def test_a_shifted_name_is_refused_then_carried_over_by_upgrade(
     with pytest.raises(StateLossError) as refused:
         d.application(monkeypatch, 2).start()
     message = str(refused.value)
+    assert len(message.splitlines()) <= 24, message  # one screen
     assert f"store {V1_STORE}" in message and f"now {V2_STORE}" in message
     assert "fluvial upgrade APP.py" in message and "--allow-state-loss" in message
     assert d.topics() == before, "a refused start must create nothing"
