@@ -12,16 +12,15 @@ import threading
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from fluvial.cli_support import LazyConsole, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
-topics_app = typer.Typer(help="Create, list and describe topics.", no_args_is_help=True)
+topics_app = new_app(help="Create, list and describe topics.", no_args_is_help=True)
 
-console = Console(stderr=True)
-out = Console()
+console = LazyConsole(stderr=True)
+out = LazyConsole()
 
 BootstrapOption = Annotated[
     str | None,
@@ -120,6 +119,8 @@ def describe(
     if as_json:
         out.print_json(json.dumps(info))
         return
+    from rich.table import Table
+
     table = Table(
         "partition", "leader", "replicas", "in-sync", "start offset", "end offset", title=name
     )
