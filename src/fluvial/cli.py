@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from fluvial import children
-from fluvial.cli_support import LazyConsole, new_app
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
@@ -36,8 +36,8 @@ from fluvial.kafka.tools_cli import tail, topics_app  # noqa: E402 - beside the 
 app.add_typer(topics_app, name="topics")
 app.command("tail")(tail)
 
-console = LazyConsole(stderr=True)
-out = LazyConsole()
+console = lazy_console(stderr=True)
+out = lazy_console()
 
 DataDirOption = Annotated[
     Path | None,

@@ -5,22 +5,25 @@ Two things keep a command quick to answer and its help readable:
 - Help is a plain layout: option names are never cut, descriptions wrap to the terminal (at
   most 80 columns, and 80 when the output is not a terminal), and below their option when the
   terminal is too narrow for two columns. rich is not imported for it.
-- A console is a ``LazyConsole``: rich is imported the first time something is printed
+- A console is a ``lazy_console()``: rich is imported the first time something is printed
   through it, never by ``--help`` or a command that prints with ``print``.
 
 A module adds its commands to ``app = new_app(help=...)`` and prints with
-``console.print(...)`` as on a ``rich.console.Console``.
+``console = lazy_console(stderr=True)``, ``console.print(...)``.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer._click.formatting import HelpFormatter, measure_table, wrap_text
 from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Below this many columns for a description beside its option, it goes on the lines below.
 _NARROW = 28
@@ -104,8 +107,13 @@ def new_app(*, help: str, **options: Any) -> typer.Typer:  # noqa: A002 - Typer'
     )
 
 
-class LazyConsole:
-    """A ``rich.console.Console`` built with ``options`` the first time it is used."""
+def lazy_console(**options: Any) -> Console:
+    """A ``rich.console.Console(**options)``, built the first time it is used."""
+    return cast("Console", _LazyConsole(**options))
+
+
+class _LazyConsole:
+    """Stands for a ``rich.console.Console``; builds it on the first attribute asked for."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options

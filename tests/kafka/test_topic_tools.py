@@ -124,3 +124,41 @@ def test_tail_of_a_missing_topic_says_how_to_make_it(bootstrap_servers: str) -> 
     result = fluvial("tail", "no-such-topic-anywhere", "--bootstrap-servers", bootstrap_servers)
     assert result.returncode == 1
     assert "does not exist" in result.stderr and "fluvial topics create" in result.stderr
+
+
+def test_tail_gives_the_last_records_of_every_partition_in_time_order(
+    bootstrap_servers: str, topic_factory: Callable[..., str]
+) -> None:
+    """The last N records across all partitions, oldest first: the N a user wrote last over
+    three partitions, and when records share a timestamp (a window's results do), the ends of
+    all the partitions rather than one partition's tail."""
+    topic = topic_factory("readings", partitions=3)
+    now = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
+
+    def write(values: range, timestamp: Callable[[int], int]) -> None:
+        for i in values:
+            producer.produce(topic, key=f"sensor-{i}".encode(), value=str(i).encode(),
+                             partition=i % 3, timestamp=timestamp(i))  # fmt: skip
+            producer.flush(30)
+
+    def tail(lines: int) -> list[dict]:
+        shown = fluvial("tail", topic, "-n", str(lines), "--json",
+                        "--bootstrap-servers", bootstrap_servers)  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        return [json.loads(line) for line in shown.stdout.splitlines()]
+
+    write(range(30), lambda i: now - 60_000 + i * 1000)
+    rows = tail(6)
+    assert [r["value"] for r in rows] == [str(i) for i in range(24, 30)]
+    assert [r["partition"] for r in rows] == [0, 1, 2, 0, 1, 2]
+
+    # A window's results: nine records at one time, three in each partition.
+    write(range(30, 39), lambda i: now)
+    rows = tail(3)
+    assert sorted(r["partition"] for r in rows) == [0, 1, 2], rows
+    assert sorted(r["value"] for r in rows) == ["36", "37", "38"]
+    rows = tail(12)
+    assert [r["value"] for r in rows[:3]] == ["27", "28", "29"]
+    assert sorted(r["value"] for r in rows[3:]) == [str(i) for i in range(30, 39)]
+    assert [r["timestamp_ms"] for r in rows] == sorted(r["timestamp_ms"] for r in rows)

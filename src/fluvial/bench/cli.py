@@ -16,14 +16,14 @@ from fluvial.bench.environment import describe
 from fluvial.bench.nexmark.cli import nexmark_app
 from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
 from fluvial.bench.workloads import WORKLOADS
-from fluvial.cli_support import LazyConsole, new_app
+from fluvial.cli_support import lazy_console, new_app
 
 bench_app = new_app(
     help="Benchmarks: fluvial and its peers side by side on the same Kafka and input.",
     no_args_is_help=True,
 )
-console = LazyConsole(stderr=True, soft_wrap=True)
-out = LazyConsole()
+console = lazy_console(stderr=True, soft_wrap=True)
+out = lazy_console()
 
 Records = Annotated[int, typer.Option(help="Input records (throughput mode)")]
 Partitions = Annotated[int, typer.Option(help="Partitions of every input and output topic")]

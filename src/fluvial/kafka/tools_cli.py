@@ -13,14 +13,14 @@ from typing import Annotated
 
 import typer
 
-from fluvial.cli_support import LazyConsole, new_app
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
 topics_app = new_app(help="Create, list and describe topics.", no_args_is_help=True)
 
-console = LazyConsole(stderr=True)
-out = LazyConsole()
+console = lazy_console(stderr=True)
+out = lazy_console()
 
 BootstrapOption = Annotated[
     str | None,

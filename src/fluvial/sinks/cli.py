@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fluvial.cli_support import LazyConsole, new_app
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
@@ -19,7 +19,7 @@ sink_app = new_app(
     help="Exactly-once egress: write topics into a database, rows and offsets in one transaction.",
     no_args_is_help=True,
 )
-console = LazyConsole(stderr=True, soft_wrap=True)
+console = lazy_console(stderr=True, soft_wrap=True)
 
 #: Exit code of a sink that a newer instance fenced: a supervisor should not restart it.
 EXIT_FENCED = 3
