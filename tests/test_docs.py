@@ -60,3 +60,20 @@ def test_package_docstring_points_to_what_exists() -> None:
     assert fluvial.__doc__ is not None
     for path in re.findall(r"``([\w/.-]+\.md|docs/[\w/]*)``", fluvial.__doc__):
         assert (ROOT / path).exists(), path
+
+
+def test_every_producer_in_the_readme_and_guides_writes_input_as_docs_backlog_asks() -> None:
+    """A user copies the README's producer: it places keys as Java does and never reorders a
+    partition on retries (docs/backlog.md: write input with an idempotent producer)."""
+    import ast
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = 0
+    for page in pages:
+        for match in re.finditer(r"Producer\((\{.*?\})\)", page.read_text(), re.S):
+            settings = ast.literal_eval(match.group(1))
+            found += 1
+            assert settings.get("enable.idempotence") in (True, "true"), (page.name, settings)
+            assert settings.get("partitioner") == "murmur2_random", (page.name, settings)
+    assert found >= 1
+    assert "enable.idempotence=true" in (ROOT / "docs" / "backlog.md").read_text()

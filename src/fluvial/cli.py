@@ -11,20 +11,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from fluvial import children
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 from fluvial.kafka.local import DEFAULT_HEAP, DEFAULT_PORT, KAFKA_VERSION, LocalKafka
 
-app = typer.Typer(
+app = new_app(
     help="fluvial: Kafka Streams for Python, exactly-once on Apache Kafka and Apache Spark. "
     "Errors are one message; add --debug anywhere on the command line for their tracebacks.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
 )
-kafka_app = typer.Typer(help="Run a local Apache Kafka (KRaft) for development and tests.")
+kafka_app = new_app(help="Run a local Apache Kafka (KRaft) for development and tests.")
 app.add_typer(kafka_app, name="kafka")
 from fluvial.bench.cli import bench_app  # noqa: E402 - beside the other sub-apps
 
@@ -37,8 +36,8 @@ from fluvial.kafka.tools_cli import tail, topics_app  # noqa: E402 - beside the 
 app.add_typer(topics_app, name="topics")
 app.command("tail")(tail)
 
-console = Console(stderr=True)
-out = Console()
+console = lazy_console(stderr=True)
+out = lazy_console()
 
 DataDirOption = Annotated[
     Path | None,

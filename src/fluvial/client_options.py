@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from fluvial.errors import FluvialError
 
@@ -35,5 +34,7 @@ def client_settings_or_exit(path: Path | None) -> tuple[str | None, dict[str, st
     try:
         return split_bootstrap(client_settings(path))
     except FluvialError as error:
+        from rich.console import Console
+
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None

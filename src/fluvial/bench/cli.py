@@ -11,19 +11,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fluvial.bench.environment import describe
 from fluvial.bench.nexmark.cli import nexmark_app
 from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
 from fluvial.bench.workloads import WORKLOADS
+from fluvial.cli_support import lazy_console, new_app
 
-bench_app = typer.Typer(
+bench_app = new_app(
     help="Benchmarks: fluvial and its peers side by side on the same Kafka and input.",
     no_args_is_help=True,
 )
-console = Console(stderr=True, soft_wrap=True)
+console = lazy_console(stderr=True, soft_wrap=True)
+out = lazy_console()
 
 Records = Annotated[int, typer.Option(help="Input records (throughput mode)")]
 Partitions = Annotated[int, typer.Option(help="Partitions of every input and output topic")]
@@ -385,6 +385,8 @@ def setup_peers(
 ) -> None:
     """Install the peers: Quix Streams and Faust in private virtual environments (uv), the
     Kafka Streams reference app with Maven. Spark Structured Streaming comes with pyspark."""
+    from rich.table import Table
+
     from fluvial.bench.setup import setup_all
 
     chosen = [
@@ -395,7 +397,7 @@ def setup_peers(
     table = Table("peer", "status")
     for peer, status in setup_all(chosen).items():
         table.add_row(peer, status)
-    Console().print(table)
+    out.print(table)
 
 
 @bench_app.command("hotpath")
@@ -441,7 +443,7 @@ def hotspots(
     """The functions a profile spends its time in, by self and by inclusive time."""
     from fluvial.bench.hotspots import format_hotspots
 
-    Console().print(format_hotspots(profile, top=top, thread_filter=thread), highlight=False)
+    out.print(format_hotspots(profile, top=top, thread_filter=thread), highlight=False)
 
 
 @bench_app.command("report")
@@ -488,6 +490,8 @@ def startup(
 ) -> None:
     """Seconds from `fluvial run` to its first committed output record, with where they go
     (application loaded, Spark session, first lease, Python worker, slot start, first commit)."""
+    from rich.table import Table
+
     from fluvial.bench.startup import SPARK_PHASES, run_startup_bench
 
     if engine not in ("spark", "local"):
@@ -518,7 +522,7 @@ def startup(
         table.add_row("[bold]first committed output, from launch[/]",
                       f"[bold]{first['median']:.2f}[/]", f"{first['min']:.2f}",
                       f"{first['max']:.2f}")  # fmt: skip
-        Console().print(table)
+        out.print(table)
     if json_out is not None:
         data = {"environment": describe(), "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),
                 **data}  # fmt: skip
@@ -544,6 +548,8 @@ def postgres_sink(
 ) -> None:
     """The PostgreSQL sink (rows and offsets in one transaction) against a plain INSERT loop
     and against COPY without offsets, on the same topic and database in the same run."""
+    from rich.table import Table
+
     from fluvial.bench.postgres_sink import run_postgres_sink_bench
 
     bootstrap, settings, _settings_file = _security(bootstrap_servers, client_config)
@@ -560,7 +566,7 @@ def postgres_sink(
             run["writer"], f"{run['rows_per_s']:,.0f}", f"{run['seconds']:.2f}",
             f"{run.get('vs_copy', 0):.2f}x", f"{run.get('vs_insert_loop', 0):.2f}x",
         )  # fmt: skip
-    Console().print(table)
+    out.print(table)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(data, indent=1) + "\n")

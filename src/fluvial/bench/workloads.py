@@ -12,8 +12,10 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from fluvial import KeyValue, StreamsBuilder, TimeWindows, serdes
+if TYPE_CHECKING:
+    from fluvial import StreamsBuilder
 
 CATEGORIES = ("news", "sports", "tech", "travel")
 PERIODS = (10_000, 35_000, 45_000, 60_000)  # a quarter of the views are too short to count
@@ -122,6 +124,8 @@ def build_topology(
     builder: StreamsBuilder, workload: str, input_topic: str, output_topic: str, table_topic: str
 ) -> None:
     """Add ``workload``'s pipeline to ``builder``."""
+    from fluvial import KeyValue, TimeWindows, serdes
+
     views = builder.stream(input_topic, key_serde=serdes.string(), value_serde=serdes.json())
     if workload == "figure2":
         (

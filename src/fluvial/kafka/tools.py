@@ -194,9 +194,9 @@ def tail(
 ) -> Iterator[TailedRecord]:
     """Committed records of ``topic`` (read_committed).
 
-    ``last=N`` gives the last N records of the topic (the last N of each partition, merged by
-    timestamp, then the last N of those); ``last=None`` reads from the beginning. Without
-    ``follow`` it ends at the end the topic had when it started; with it, it waits for more.
+    ``last=N`` gives the last N records of the topic across all its partitions, oldest first
+    (see ``_latest``); ``last=None`` reads from the beginning. Without ``follow`` it ends at the
+    end the topic had when it started; with it, it waits for more.
     """
     consumer = _reader(bootstrap_servers, settings, "read_committed")
     try:
@@ -211,11 +211,11 @@ def tail(
             consumer.assign([TopicPartition(topic, pid, OFFSET_BEGINNING) for pid in partitions])
             backlog = list(_read_to_end(consumer, topic, key, value, len(partitions), should_stop))
         else:
-            backlog = []
-            for pid in partitions:
-                backlog += _last_of_partition(consumer, topic, pid, last, key, value, should_stop)
-            backlog.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
-            backlog = backlog[-last:] if last else []
+            backlog = _latest(
+                [_last_of_partition(consumer, topic, pid, last, key, value, should_stop)
+                 for pid in partitions],
+                last,
+            )  # fmt: skip
             # Follow from each partition's end.
             ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
                     for p in partitions]  # fmt: skip
@@ -230,6 +230,23 @@ def tail(
             yield _decoded(message, key, value)
     finally:
         consumer.close()
+
+
+def _latest(tails: list[list[TailedRecord]], last: int) -> list[TailedRecord]:
+    """The ``last`` latest of the partitions' tails (each in offset order), in time order.
+
+    Later means a later timestamp; between equal timestamps, nearer the end of its partition,
+    then a higher partition. Equal timestamps are common (a window's results carry one time,
+    a producer stamps a batch alike): the tie rule then takes the partitions' ends in turn
+    rather than all of one partition's tail.
+    """
+    ranked = [
+        (record.timestamp_ms, -from_end, record.partition, record)
+        for tail in tails
+        for from_end, record in enumerate(reversed(tail))
+    ]
+    ranked.sort(key=lambda entry: entry[:3])
+    return [entry[3] for entry in ranked[-last:]] if last else []
 
 
 def _last_of_partition(

@@ -1,4 +1,4 @@
-"""``fluvial topics create|list|describe`` and ``fluvial tail``: the topic tools on the CLI.
+"""``fluvial topics create|list|describe|delete`` and ``fluvial tail``: the topic tools on the CLI.
 
 They take the connection options of ``fluvial run``: ``--bootstrap-servers`` and the client
 settings (``--client-config FILE``, ``FLUVIAL_KAFKA_CLIENT_*`` variables).
@@ -12,16 +12,15 @@ import threading
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
-topics_app = typer.Typer(help="Create, list and describe topics.", no_args_is_help=True)
+topics_app = new_app(help="Create, list, describe and delete topics.", no_args_is_help=True)
 
-console = Console(stderr=True)
-out = Console()
+console = lazy_console(stderr=True)
+out = lazy_console()
 
 BootstrapOption = Annotated[
     str | None,
@@ -120,6 +119,8 @@ def describe(
     if as_json:
         out.print_json(json.dumps(info))
         return
+    from rich.table import Table
+
     table = Table(
         "partition", "leader", "replicas", "in-sync", "start offset", "end offset", title=name
     )
@@ -131,6 +132,37 @@ def describe(
     out.print(table)
     for key, value in info["configs"].items():
         out.print(f"{key}={value}", highlight=False, markup=False)
+
+
+@topics_app.command("delete")
+def delete(
+    names: Annotated[list[str], typer.Argument(help="The topics' names", metavar="TOPIC")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Delete an application's internal topic even while the application runs",
+        ),
+    ] = False,
+    bootstrap_servers: BootstrapOption = None,
+    client_config: ClientConfigOption = None,
+) -> None:
+    """Delete topics and wait until they are gone.
+
+    An application's internal topic (APPLICATION_ID-...-repartition or -changelog) is refused
+    while the application is seen running, naming it and how to stop it; 'fluvial reset'
+    deletes an application's internal topics together with its committed offsets. Nothing is
+    deleted when one of the topics does not exist.
+    """
+    from fluvial.kafka.deletion import delete_topics
+
+    bootstrap, settings = _connection(bootstrap_servers, client_config)
+    try:
+        deleted = delete_topics(bootstrap, settings, names, force=force)
+    except FluvialError as error:
+        _fail(error)
+    for name in deleted:
+        console.print(f"deleted topic {name} on {bootstrap}", highlight=False, soft_wrap=True)
 
 
 def tail(

@@ -169,7 +169,7 @@ def apply_reset(
                 report.deleted_topics.append(name)
             except KafkaException as error:
                 raise FluvialError(f"could not delete internal topic {name!r}: {error}") from None
-    _wait_until_gone(admin, set(report.deleted_topics))
+    wait_until_gone(admin, set(report.deleted_topics))
     if plan.state is not None and plan.state.exists():
         shutil.rmtree(plan.state)
         report.state_wiped = plan.state
@@ -198,7 +198,7 @@ def _existing_groups(admin: AdminClient, wanted: list[str]) -> list[str]:
     return [g for g in wanted if g in present]
 
 
-def _wait_until_gone(admin: AdminClient, topics: set[str], timeout_s: float = 60.0) -> None:
+def wait_until_gone(admin: AdminClient, topics: set[str], timeout_s: float = 60.0) -> None:
     """Topic deletion is asynchronous; wait, so a rerun can create the topics afresh."""
     deadline = time.monotonic() + timeout_s
     while topics and time.monotonic() < deadline:

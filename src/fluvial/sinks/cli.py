@@ -7,19 +7,19 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from fluvial.cli_support import lazy_console, new_app
 from fluvial.client_options import ClientConfigOption, client_settings_or_exit
 from fluvial.errors import FluvialError
 
-sink_app = typer.Typer(
+sink_app = new_app(
     help="Exactly-once egress: write topics into a database, rows and offsets in one transaction.",
     no_args_is_help=True,
 )
-console = Console(stderr=True, soft_wrap=True)
+console = lazy_console(stderr=True, soft_wrap=True)
 
 #: Exit code of a sink that a newer instance fenced: a supervisor should not restart it.
 EXIT_FENCED = 3
@@ -150,7 +150,7 @@ def run_sink(
     *,
     stop_at_end: bool = False,
     live: bool = True,
-    console: Console,
+    console: Any,
     stop_requested: threading.Event | None = None,
 ) -> int:
     """Run a sink in the foreground with signal handling and progress; return an exit code.

@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from fluvial.bench.nexmark import model
+from fluvial.cli_support import lazy_console, new_app
 
-nexmark_app = typer.Typer(
+nexmark_app = new_app(
     help="Nexmark, the online-auction benchmark: fluvial's queries next to Kafka Streams' on the "
     "same generated input, measured (without a command) or compared (compare); generate writes "
     "the input alone.",
 )
-console = Console(stderr=True, soft_wrap=True)
+console = lazy_console(stderr=True, soft_wrap=True)
 
 Events = Annotated[int, typer.Option(help="Events to generate (1 person : 3 auctions : 46 bids)")]
 Partitions = Annotated[int, typer.Option(help="Partitions of each of the three input topics")]
