@@ -526,7 +526,7 @@ def upgrade(
 
         admin = AdminClient(admin_settings(config))
         if not dry_run:
-            refuse_if_running(admin, config.application_id)
+            refuse_if_running(admin, config.application_id, doing="upgrading")
         policy = DeploymentPolicy(allow_state_loss=_names(allow_state_loss), upgrade=True)
         plan = plan_deployment(loaded.topology, config, policy, admin)
         verb = "would carry" if dry_run else "carries"

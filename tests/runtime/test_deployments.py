@@ -269,3 +269,23 @@ def test_spark_starts_empty_with_allow_state_loss(
     d.wait_for_counts(Counter(second) + _untouched(d, second), "counts from zero on Spark",
                       lambda: v2.proc.poll() is not None)  # fmt: skip
     assert v2.stop(120) == 0, v2.output()
+
+
+def test_upgrade_and_reset_refuse_while_the_application_runs(
+    bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
+) -> None:
+    """fluvial's slots are assigned partitions, not group members: the driver record tells."""
+    d = Deployments(bootstrap_servers, topic_factory, unique_name, tmp_path)
+    first = d.produce(100)
+    v1 = SparkRunner(bootstrap_servers, d.app_id, d.clicks, d.counts, d.state_dir, app=APP,
+                     extra_env=d.env(1), engine="local")  # fmt: skip
+    v1.start()
+    v1.wait_ready(240)
+    d.wait_for_counts(Counter(first), "version 1's counts", lambda: v1.proc.poll() is not None)
+    for args in (("upgrade", str(APP)), ("reset", d.app_id, "--bootstrap-servers", d.bootstrap)):
+        refused = d.cli(*args)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode == 1 and "is running" in said, said
+        assert "Traceback" not in said
+    assert v1.stop(120) == 0, v1.output()
+    assert deployments_topic(d.app_id) in d.topics()

@@ -72,7 +72,7 @@ def delete_topics(
 def _running_owner(admin: AdminClient, topic: str) -> str | None:
     """Why ``topic`` must not be deleted now: the application owning it runs; else None."""
     for application_id in _owners(admin, topic):
-        running = _seen_running(admin, application_id)
+        running = seen_running(admin, application_id)
         if running is not None:
             how, stop = running
             return (
@@ -98,7 +98,7 @@ def _owners(admin: AdminClient, topic: str) -> list[str]:
     return sorted(app for app in ids if name_part(app, topic) is not None)
 
 
-def _seen_running(admin: AdminClient, application_id: str) -> tuple[str, str] | None:
+def seen_running(admin: AdminClient, application_id: str) -> tuple[str, str] | None:
     """(how the application is seen running, how to stop it), or None."""
     groups = [application_id, application_id + DRIVER_SUFFIX]
     for group, future in admin.describe_consumer_groups(groups, request_timeout=15).items():

@@ -176,16 +176,17 @@ def apply_reset(
     return report
 
 
-def refuse_if_running(admin: AdminClient, application_id: str) -> None:
-    groups = admin.describe_consumer_groups([application_id])
-    try:
-        group = groups[application_id].result()
-    except KafkaException:
-        return  # no such group: nothing committed yet
-    if group.members:
+def refuse_if_running(admin: AdminClient, application_id: str, doing: str = "resetting") -> None:
+    """Refuse while the application runs: its group has live members, or (fluvial's slots are
+    assigned partitions, not group members) its driver record names a live process here."""
+    from fluvial.kafka.deletion import seen_running
+
+    running = seen_running(admin, application_id)
+    if running is not None:
+        how, stop = running
         raise FluvialError(
-            f"application {application_id!r} still has {len(group.members)} active member(s): "
-            "stop every instance before resetting it"
+            f"application {application_id!r} is running ({how}): stop every instance before "
+            f"{doing} it ({stop})"
         )
 
 
