@@ -36,6 +36,9 @@ PUBLIC_MODULES = (
     "fluvial.sinks",
     "fluvial.kafka",
 )
+# Where a reference page shows the table of StreamsConfig's settings, generated from their
+# definitions (fluvial.config.settings_markdown) so that it cannot drift from the code.
+SETTINGS_MARKER = "<!-- streams-config-settings -->"
 _BLOCK = re.compile(r"^::: (\S+)\s*$", re.M)
 _NO_MEMBERS = re.compile(r"^\s+members: false\s*$", re.M)
 
@@ -111,6 +114,8 @@ def public_members(cls: type) -> dict[str, Any]:
                 attribute = attribute.fget
             elif isinstance(attribute, functools.cached_property):
                 attribute = attribute.func
+            elif inspect.isfunction(getattr(attribute, "__wrapped__", None)):
+                attribute = attribute.__wrapped__  # a decorator's descriptor (the options' fluent)
             if inspect.isfunction(attribute):
                 members[name] = attribute
             else:
@@ -157,6 +162,18 @@ def returned_classes(function: Any) -> set[type]:
 def problems(reference_dir: Path) -> list[str]:
     shown = documented_objects(reference_dir)
     found = []
+    if not any(SETTINGS_MARKER in page.read_text() for page in reference_dir.glob("*.md")):
+        found.append(
+            f"no page of docs/reference shows StreamsConfig's settings ({SETTINGS_MARKER})"
+        )
+    from fluvial.config import settings
+
+    for name, _, meaning in settings():
+        if not meaning.strip():
+            found.append(
+                f"StreamsConfig setting {name} says nothing: define it with "
+                "setting(meaning, default) in src/fluvial/config.py"
+            )
     public_classes: dict[type, str] = {}
     for module_name in PUBLIC_MODULES:
         for qualified, obj in public_names(module_name).items():
@@ -189,6 +206,14 @@ def on_config(config: Any, **_: Any) -> Any:
     if found:
         raise PluginError("undocumented public names:\n  " + "\n  ".join(found))
     return config
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    if SETTINGS_MARKER not in markdown:
+        return markdown
+    from fluvial.config import settings_markdown
+
+    return markdown.replace(SETTINGS_MARKER, settings_markdown())
 
 
 def on_page_read_source(page: Any, config: Any) -> str | None:
