@@ -62,15 +62,15 @@ class StreamsConfig:
     (docs/reference/config.md), in ``fluvial run --help-config`` and at the end of this
     docstring in ``help(StreamsConfig)``: all three are generated from the definitions below.
 
-    .. code-block:: python
-
-        config = StreamsConfig(
-            application_id="pageviews",
-            processing_guarantee="exactly_once_v2",
-            processing_exception_handler="log_and_continue",
-            dead_letter_topic="pageviews-dead-letters",
-        )
-        config.with_overrides(commit_interval_ms=1000)  # a copy with one setting changed
+    ```python
+    config = StreamsConfig(
+        application_id="pageviews",
+        processing_guarantee="exactly_once_v2",
+        processing_exception_handler="log_and_continue",
+        dead_letter_topic="pageviews-dead-letters",
+    )
+    config.with_overrides(commit_interval_ms=1000)  # a copy with one setting changed
+    ```
     """
 
     application_id: str = setting(

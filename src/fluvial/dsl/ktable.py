@@ -70,6 +70,8 @@ class KTable:
 
     @property
     def queryable_store_name(self) -> str | None:
+        """The name of the store that holds this table, for interactive queries and
+        ``TopologyTestDriver.get_key_value_store``; None when the table is not materialized."""
         return self.store_name
 
     def _derive(
@@ -131,6 +133,19 @@ class KTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
+        """Rows for which ``predicate(key, value)`` does not hold: the opposite of :meth:`filter`.
+
+        :param predicate: ``predicate(key, value) -> bool``; a row for which it holds is deleted
+            downstream (a tombstone), so a row that starts to match disappears from the result.
+        :param named: name of the filter's processor.
+        :param materialized: materialize the result in a store of this name (queryable); by default
+            it is computed from the parent's store when read.
+        :returns: the filtered table.
+
+        ```python
+        active = users.filter_not(lambda user_id, user: user["deleted"])
+        ```
+        """
         return self._filter(predicate, True, named, materialized)
 
     def _filter(
@@ -298,7 +313,16 @@ class KTable:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> KGroupedTable:
-        """Regroup rows by ``selector(key, value)`` → ``(new key, new value)``; always repartitions."""
+        """Regroup the table's rows by a new key, for ``count``, ``reduce`` or ``aggregate``.
+
+        :param selector: ``selector(key, value) -> (new_key, new_value)`` (a tuple or a
+            :class:`~fluvial.KeyValue`); a None key or value leaves the row out of every group.
+        :param grouped: the repartition topic's name and serdes (:class:`~fluvial.Grouped`).
+        :param key_serde: serde of the new key, when it is not the table's.
+        :param value_serde: serde of the new value, when it is not the table's.
+        :returns: a :class:`KGroupedTable`. It always writes a repartition topic, carrying each
+            change's old and new value so the aggregation can subtract the one and add the other.
+        """
         g = grouped or Grouped()
         self._old_values.enable(True)  # the subtractor needs each row's old value
         name = self._itb.new_processor_name("KTABLE-SELECT-")
@@ -334,6 +358,20 @@ class KGroupedTable:
         self._grouped_name = grouped_name
 
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Count the rows of each new key (of ``group_by``), kept right as rows change.
+
+        A row that moves to another group is subtracted from its old group's count and added to the
+        new one's; a deleted row is subtracted. A group whose count falls to 0 keeps a row of 0.
+
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; counts are 8-byte longs unless
+            its value serde says otherwise.
+        :returns: a table of ``new key -> number of rows``.
+
+        ```python
+        users_per_region = users.group_by(lambda user_id, user: (user["region"], user)).count()
+        ```
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-AGGREGATE-", lambda: 0,
@@ -348,7 +386,24 @@ class KGroupedTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``adder(aggregate, value)`` and ``subtractor(aggregate, value)``."""
+        """Combine the rows of each new key into a value of the same type, kept right as rows
+        change: a row's old value is subtracted from its old group, then its new value added.
+
+        :param adder: ``adder(aggregate, value) -> new aggregate``, for a row added to the group
+            (a group's first value is its aggregate).
+        :param subtractor: ``subtractor(aggregate, old_value) -> new aggregate``, for a row that
+            left the group (changed, moved to another group, or deleted).
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; the value serde defaults to
+            the grouped values'.
+        :returns: a table of ``new key -> aggregate``.
+
+        ```python
+        (accounts.group_by(lambda account_id, acc: (acc["branch"], acc["balance"]))
+            .reduce(lambda total, balance: total + balance,
+                    lambda total, balance: total - balance))
+        ```
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-REDUCE-", None,
@@ -364,7 +419,29 @@ class KGroupedTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``adder(key, value, aggregate)`` / ``subtractor(key, value, aggregate)``."""
+        """Fold the rows of each new key into an aggregate of any type, kept right as rows
+        change: a row's old value is subtracted from its old group, then its new value added.
+
+        :param initializer: ``initializer() -> aggregate``, a group's aggregate before its first
+            row.
+        :param adder: ``adder(key, value, aggregate) -> new aggregate`` for a row that joins the
+            group (or its new value): the group's key and the row's value first, the aggregate
+            last, as ``KGroupedStream.aggregate``'s aggregator.
+        :param subtractor: ``subtractor(key, old_value, aggregate) -> new aggregate`` for a row
+            that leaves the group (or its old value), in the same order.
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; give a value serde when the
+            aggregate is not the grouped value type.
+        :returns: a table of ``new key -> aggregate``.
+
+        ```python
+        (users.group_by(lambda user_id, user: (user["region"], user["age"]))
+            .aggregate(lambda: {"n": 0, "ages": 0},
+                       lambda region, age, agg: {"n": agg["n"] + 1, "ages": agg["ages"] + age},
+                       lambda region, age, agg: {"n": agg["n"] - 1, "ages": agg["ages"] - age},
+                       materialized=Materialized.with_(serdes.string(), serdes.json())))
+        ```
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-AGGREGATE-", initializer, adder, subtractor, named, m, m.value_serde
