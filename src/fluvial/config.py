@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from fluvial.errors import ConfigError
 
@@ -290,7 +290,8 @@ def settings() -> list[tuple[str, str, str]]:
         # .get: a setting defined without setting() still shows, and the docs check names it.
         shown = f.metadata.get("shown_default")
         if shown is None:
-            default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+            factory = cast(Callable[[], Any], f.default_factory)
+            default = factory() if f.default is MISSING else f.default
             shown = repr(default)
         rows.append((f.name, shown, f.metadata.get("meaning", "")))
     return rows

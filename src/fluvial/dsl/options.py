@@ -122,7 +122,8 @@ class Consumed(_WithSerdes, _WithName):
         :returns: a copy with those serdes and every earlier setting.
 
         ```python
-        builder.stream("clicks", Consumed.with_(serdes.string(), serdes.json()).as_("clicks-source"))
+        consumed = Consumed.with_(serdes.string(), serdes.json()).as_("clicks-source")
+        builder.stream("clicks", consumed)
         ```
         """
         return replace(self, key_serde=key_serde, value_serde=value_serde)
@@ -200,7 +201,8 @@ class Grouped(_WithSerdes, _WithName):
 
     @fluent
     def as_(self, name: str) -> Grouped:
-        """The grouping's name: its repartition topic becomes ``<application_id>-<name>-repartition``.
+        """The grouping's name: its repartition topic becomes
+        ``<application_id>-<name>-repartition``.
 
         :param name: the name; naming the grouping keeps the topic's name when the topology changes.
         :returns: a copy with that name and every earlier setting.
@@ -254,7 +256,8 @@ class Repartitioned(_WithSerdes, _WithName):
     def with_number_of_partitions(self, num_partitions: int) -> Repartitioned:
         """The repartition topic's partition count.
 
-        :param num_partitions: how many partitions; by default, as many as the stream's source topics.
+        :param num_partitions: how many partitions; by default, as many as the stream's source
+            topics.
         :returns: a copy with that count and every earlier setting.
         """
         return replace(self, num_partitions=num_partitions)
@@ -337,7 +340,8 @@ class StreamJoined(_WithSerdes, _WithName, _WithOtherValueSerde):
 
     @fluent
     def as_(self, store_name: str) -> StreamJoined:
-        """The prefix of the join's store names (``<name>-this-join-store``, ``<name>-other-join-store``).
+        """The prefix of the join's store names (``<name>-this-join-store`` and
+        ``<name>-other-join-store``).
 
         :param store_name: the prefix.
         :returns: a copy with that store name and every earlier setting.
@@ -401,7 +405,8 @@ class Materialized(_WithSerdes):
 
     @property
     def versioned(self) -> bool:
-        """Whether the store keeps each key's history (``as_versioned``/``with_history_retention``)."""
+        """Whether the store keeps each key's history (``as_versioned``,
+        ``with_history_retention``)."""
         return self.history_retention_ms is not None
 
     @fluent

@@ -98,7 +98,8 @@ class SlidingWindows:
     def of_time_difference_and_grace(
         time_difference_ms: Duration, grace_ms: Duration
     ) -> SlidingWindows:
-        """Sliding windows for records at most ``time_difference_ms`` apart, open to late records for ``grace_ms``.
+        """Sliding windows for records at most ``time_difference_ms`` apart, open to late
+        records for ``grace_ms``.
 
         :param time_difference_ms: the largest difference of two timestamps that share a window
             (int milliseconds or a ``timedelta``).
@@ -157,7 +158,8 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_and_grace(gap_ms: Duration, grace_ms: Duration) -> SessionWindows:
-        """Sessions that end after ``gap_ms`` without a record, open to late records for ``grace_ms``.
+        """Sessions that end after ``gap_ms`` without a record, open to late records for
+        ``grace_ms``.
 
         :param gap_ms: the inactivity gap: records of a key at most this far apart share a session
             (int milliseconds or a ``timedelta``).
@@ -228,10 +230,11 @@ class JoinWindows:
 
     @staticmethod
     def of_time_difference_without_grace(time_difference_ms: Duration) -> JoinWindows:
-        """Join records whose timestamps differ by at most ``time_difference_ms``, with no grace period
-        (also named ``of_time_difference_with_no_grace``).
+        """Join records whose timestamps differ by at most ``time_difference_ms``, with no
+        grace period (also named ``of_time_difference_with_no_grace``).
 
-        :param time_difference_ms: how far apart (before or after) two records may be and still join.
+        :param time_difference_ms: how far apart (before or after) two records may be and still
+            join.
         :returns: the windows, for ``KStream.join``, ``left_join`` and ``outer_join``.
         """
         diff = to_millis(time_difference_ms, "time difference")

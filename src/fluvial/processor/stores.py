@@ -223,7 +223,8 @@ class StoreBuilder:
         return str(self._fields["name"])
 
     def with_caching_enabled(self) -> StoreBuilder:
-        """Coalesce a key's writes in the record cache until the next commit (user stores start without).
+        """Coalesce a key's writes in the record cache until the next commit (user stores start
+        without).
 
         :returns: a new builder with caching on and every other setting kept.
         """

@@ -720,12 +720,13 @@ class StreamTask:
     def schedule(
         self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
     ) -> Cancellable:
-        """Register a punctuator of the processor ``node_name`` (what ``ProcessorContext.schedule`` calls).
+        """Register a punctuator of the processor ``node_name`` (what
+        ``ProcessorContext.schedule`` calls).
 
         :param node_name: the processor the punctuator runs as (its forwards go to its children).
         :param interval_ms: the interval, in milliseconds.
-        :param type_: stream-time punctuators fire on the grid of multiples of the interval as stream
-            time reaches it; wall-clock ones first one interval from now.
+        :param type_: stream-time punctuators fire on the grid of multiples of the interval as
+            stream time reaches it; wall-clock ones first one interval from now.
         :param callback: ``callback(time_ms)``.
         :returns: a handle whose ``cancel()`` stops it.
         """

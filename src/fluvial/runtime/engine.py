@@ -109,6 +109,19 @@ class Application:
         self.task_board: TaskBoard | None = None
 
     def start(self) -> None:
+        """Check and create what the application needs, then start its workers and return.
+
+        Before anything runs it checks what earlier runs committed against this topology,
+        creates or checks the internal topics, plans the tasks and, under exactly-once, fences
+        earlier instances. The workers then run in background threads until :meth:`close`.
+
+        :raises StreamsError: (or a subclass) naming what is wrong and the fix.
+
+        ```python
+        with Application(topology, config) as app:   # starts; closing commits and stops
+            app.wait(timeout_s=60)
+        ```
+        """
         check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)
         self.task_ids = plan_tasks(self.topology, self.config, plan)
@@ -261,6 +274,7 @@ class Application:
 
     @property
     def running(self) -> bool:
+        """Whether some worker is still running."""
         return any(t.is_alive() for t in self._threads)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -282,14 +296,18 @@ class Application:
             self.epoch.close()
 
     def raise_if_failed(self) -> None:
+        """Raise the first error a worker stopped with, as a
+        :class:`~fluvial.errors.StreamsError`; return if none did."""
         if self.errors:
             error = self.errors[0]
             raise error if isinstance(error, StreamsError) else StreamsError(str(error))
 
     def metrics(self) -> list[WorkerMetrics]:
+        """The counters of each worker slot, one :class:`WorkerMetrics` per slot."""
         return [w.metrics for w in self.workers]
 
     def prometheus_metrics(self) -> str:
+        """The workers' metrics in Prometheus' text format (what ``--prometheus-port`` serves)."""
         return prometheus_text(self.config.application_id, self.metrics())
 
     # -- interactive queries ---------------------------------------------------------------
