@@ -308,6 +308,8 @@ def settings_markdown() -> str:
     """The settings as a Markdown table, for the reference page."""
     lines = ["| Setting | Default | Meaning |", "| --- | --- | --- |"]
     for name, default, meaning in settings():
+        # < and > would read as HTML tags (<state_dir>) in the page.
+        meaning = meaning.replace("<", "&lt;").replace(">", "&gt;")
         cells = (f"`{name}`", default if _is_prose(name) else f"`{default}`", meaning)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)

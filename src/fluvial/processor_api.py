@@ -106,6 +106,13 @@ class ProcessorContext(Protocol):
     ) -> Cancellable:
         """Call ``callback(time_ms)`` every ``interval_ms``.
 
+        ```python
+        def init(self, context):
+            super().init(context)
+            self.counts = context.get_state_store("counts")
+            context.schedule(60_000, PunctuationType.WALL_CLOCK_TIME, self.emit_all)
+        ```
+
         :param interval_ms: the interval, in milliseconds.
         :param punctuation_type: ``PunctuationType.STREAM_TIME``: driven by record timestamps,
             on the grid of multiples of the interval, once the task has stream time;
@@ -114,13 +121,6 @@ class ProcessorContext(Protocol):
         :param callback: ``callback(time_ms) -> None``, called with the stream or wall-clock
             time it fires at; it may forward records and use stores.
         :returns: a handle whose ``cancel()`` stops the punctuation.
-
-        ```python
-        def init(self, context):
-            super().init(context)
-            self.counts = context.get_state_store("counts")
-            context.schedule(60_000, PunctuationType.WALL_CLOCK_TIME, self.emit_all)
-        ```
         """
 
     def request_commit(self) -> None:

@@ -65,16 +65,16 @@ class KGroupedStream:
     ) -> KTable:
         """Combine the values of each key into one of the same type.
 
+        ```python
+        grouped.reduce(lambda total, amount: total + amount)   # running sum per key
+        ```
+
         :param reducer: ``reducer(aggregate, value) -> new aggregate``; the first value of a key
             is its aggregate, so ``reducer`` is called from the second on.
         :param named: name of the aggregation's processor.
         :param materialized: the store's name, serdes and caching; the value serde defaults to
             the stream's.
         :returns: a table of ``key -> aggregate``, updated on every record.
-
-        ```python
-        grouped.reduce(lambda total, amount: total + amount)   # running sum per key
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -91,6 +91,14 @@ class KGroupedStream:
     ) -> KTable:
         """Fold the values of each key into an aggregate of any type.
 
+        ```python
+        grouped.aggregate(
+            lambda: {"count": 0, "total": 0},
+            lambda key, amount, agg: {"count": agg["count"] + 1, "total": agg["total"] + amount},
+            materialized=Materialized.as_("totals").with_value_serde(serdes.json()),
+        )
+        ```
+
         :param initializer: ``initializer() -> aggregate``, the aggregate before a key's first
             record.
         :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``; note the
@@ -100,14 +108,6 @@ class KGroupedStream:
             (``Materialized.with_(key_serde, value_serde)``) when the aggregate is not the
             stream's value type.
         :returns: a table of ``key -> aggregate``, updated on every record.
-
-        ```python
-        grouped.aggregate(
-            lambda: {"count": 0, "total": 0},
-            lambda key, amount, agg: {"count": agg["count"] + 1, "total": agg["total"] + amount},
-            materialized=Materialized.as_("totals").with_value_serde(serdes.json()),
-        )
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
@@ -123,16 +123,16 @@ class KGroupedStream:
     ) -> TimeWindowedKStream | SessionWindowedKStream:
         """Cut each key's records into windows before aggregating.
 
+        ```python
+        (grouped.windowed_by(TimeWindows.of_size_and_grace(size_ms=60_000, grace_ms=5_000))
+            .count())      # Windowed(key, Window(start_ms, end_ms)) -> count
+        ```
+
         :param windows: :class:`~fluvial.TimeWindows` (tumbling or hopping),
             :class:`~fluvial.SlidingWindows` or :class:`~fluvial.SessionWindows`.
         :returns: a :class:`TimeWindowedKStream` for time and sliding windows, a
             :class:`SessionWindowedKStream` for session windows; their aggregations return a
             table keyed by :class:`~fluvial.Windowed`.
-
-        ```python
-        (grouped.windowed_by(TimeWindows.of_size_and_grace(size_ms=60_000, grace_ms=5_000))
-            .count())      # Windowed(key, Window(start_ms, end_ms)) -> count
-        ```
         """
         if isinstance(windows, SessionWindows):
             from fluvial.dsl.session import SessionWindowedKStream
@@ -212,17 +212,17 @@ class TimeWindowedKStream:
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
         """Count the records of each key in each window.
 
-        :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
-        :param materialized: the window store's name, serdes, caching and retention (at least
-            window size + grace); counts are 8-byte longs unless its value serde says otherwise.
-        :returns: a table of ``Windowed(key, window) -> count``. A record later than the
-            window's grace is dropped and counted as late.
-
         ```python
         counts = (builder.stream("clicks").group_by_key()
                   .windowed_by(TimeWindows.of_size_with_no_grace(60_000)).count())
         counts.to_stream().map(lambda wk, n: (wk.key, f"{wk.window.start_ms}: {n}"))
         ```
+
+        :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
+        :param materialized: the window store's name, serdes, caching and retention (at least
+            window size + grace); counts are 8-byte longs unless its value serde says otherwise.
+        :returns: a table of ``Windowed(key, window) -> count``. A record later than the
+            window's grace is dropped and counted as late.
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -237,16 +237,16 @@ class TimeWindowedKStream:
     ) -> KTable:
         """Combine the values of each key in each window into one of the same type.
 
+        ```python
+        windowed.reduce(lambda biggest, value: max(biggest, value))
+        ```
+
         :param reducer: ``reducer(aggregate, value) -> new aggregate``; a window's first value
             is its aggregate.
         :param named: name of the aggregation's processor.
         :param materialized: the window store's name, serdes, caching and retention; the value
             serde defaults to the stream's.
         :returns: a table of ``Windowed(key, window) -> aggregate``.
-
-        ```python
-        windowed.reduce(lambda biggest, value: max(biggest, value))
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -263,6 +263,14 @@ class TimeWindowedKStream:
     ) -> KTable:
         """Fold the values of each key in each window into an aggregate of any type.
 
+        ```python
+        windowed.aggregate(
+            lambda: [],
+            lambda key, value, seen: seen + [value],
+            materialized=Materialized.with_(serdes.string(), serdes.json()),
+        )
+        ```
+
         :param initializer: ``initializer() -> aggregate``, each window's aggregate before its
             first record.
         :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``: the record's
@@ -272,14 +280,6 @@ class TimeWindowedKStream:
             value serde when the aggregate is not the stream's value type.
         :returns: a table of ``Windowed(key, window) -> aggregate``. With hopping windows a
             record updates every window that contains it.
-
-        ```python
-        windowed.aggregate(
-            lambda: [],
-            lambda key, value, seen: seen + [value],
-            materialized=Materialized.with_(serdes.string(), serdes.json()),
-        )
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)

@@ -482,11 +482,6 @@ class Branched:
     def with_function(fn: Callable[[KStream], KStream | None], name: str | None = None) -> Branched:
         """A branch whose stream is handed to ``fn`` as the topology is built.
 
-        :param fn: ``fn(branch_stream) -> stream or None``; what it returns replaces the branch in
-            the result (None leaves the branch out).
-        :param name: the branch's name, appended to the ``split`` name; by default its position.
-        :returns: the ``Branched`` to pass to ``branch`` or ``default_branch``.
-
         ```python
         def flag(large: KStream) -> KStream:
             return large.map_values(lambda order: {**order, "large": True})
@@ -497,6 +492,11 @@ class Branched:
                     .default_branch(Branched.as_("small")))
         branches["orders-large"]   # the flagged stream
         ```
+
+        :param fn: ``fn(branch_stream) -> stream or None``; what it returns replaces the branch in
+            the result (None leaves the branch out).
+        :param name: the branch's name, appended to the ``split`` name; by default its position.
+        :returns: the ``Branched`` to pass to ``branch`` or ``default_branch``.
         """
         return Branched(name, function=fn)
 
@@ -533,19 +533,19 @@ class BranchedKStream:
     ) -> BranchedKStream:
         """Add a branch: records for which ``predicate`` holds, and no earlier branch's did.
 
-        :param predicate: ``predicate(key, value) -> bool``; each record goes to the first branch
-            whose predicate matches, in the order the branches were added.
-        :param branched: the branch's name and what to do with it (:class:`~fluvial.Branched`);
-            by default it is named by its position (``"1"``, ``"2"``...) after the ``split`` name.
-        :returns: this ``BranchedKStream``, to add more branches and end with ``default_branch``
-            or ``no_default_branch``, which return the branches by name.
-
         ```python
         branches = (stream.split(named="temp-")
                     .branch(lambda k, reading: reading["celsius"] > 40, Branched.as_("hot"))
                     .default_branch(Branched.as_("normal")))
         branches["temp-hot"].to("alerts")
         ```
+
+        :param predicate: ``predicate(key, value) -> bool``; each record goes to the first branch
+            whose predicate matches, in the order the branches were added.
+        :param branched: the branch's name and what to do with it (:class:`~fluvial.Branched`);
+            by default it is named by its position (``"1"``, ``"2"``...) after the ``split`` name.
+        :returns: this ``BranchedKStream``, to add more branches and end with ``default_branch``
+            or ``no_default_branch``, which return the branches by name.
         """
         child = self._child(branched, str(len(self._branches) + 1))
         self._branches.append((predicate, child))

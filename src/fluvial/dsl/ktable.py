@@ -135,16 +135,16 @@ class KTable:
     ) -> KTable:
         """Rows for which ``predicate(key, value)`` does not hold: the opposite of :meth:`filter`.
 
+        ```python
+        active = users.filter_not(lambda user_id, user: user["deleted"])
+        ```
+
         :param predicate: ``predicate(key, value) -> bool``; a row for which it holds is deleted
             downstream (a tombstone), so a row that starts to match disappears from the result.
         :param named: name of the filter's processor.
         :param materialized: materialize the result in a store of this name (queryable); by default
             it is computed from the parent's store when read.
         :returns: the filtered table.
-
-        ```python
-        active = users.filter_not(lambda user_id, user: user["deleted"])
-        ```
         """
         return self._filter(predicate, True, named, materialized)
 
@@ -363,14 +363,14 @@ class KGroupedTable:
         A row that moves to another group is subtracted from its old group's count and added to the
         new one's; a deleted row is subtracted. A group whose count falls to 0 keeps a row of 0.
 
+        ```python
+        users_per_region = users.group_by(lambda user_id, user: (user["region"], user)).count()
+        ```
+
         :param named: name of the aggregation's processor.
         :param materialized: the store's name, serdes and caching; counts are 8-byte longs unless
             its value serde says otherwise.
         :returns: a table of ``new key -> number of rows``.
-
-        ```python
-        users_per_region = users.group_by(lambda user_id, user: (user["region"], user)).count()
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -389,6 +389,12 @@ class KGroupedTable:
         """Combine the rows of each new key into a value of the same type, kept right as rows
         change: a row's old value is subtracted from its old group, then its new value added.
 
+        ```python
+        (accounts.group_by(lambda account_id, acc: (acc["branch"], acc["balance"]))
+            .reduce(lambda total, balance: total + balance,
+                    lambda total, balance: total - balance))
+        ```
+
         :param adder: ``adder(aggregate, value) -> new aggregate``, for a row added to the group
             (a group's first value is its aggregate).
         :param subtractor: ``subtractor(aggregate, old_value) -> new aggregate``, for a row that
@@ -397,12 +403,6 @@ class KGroupedTable:
         :param materialized: the store's name, serdes and caching; the value serde defaults to
             the grouped values'.
         :returns: a table of ``new key -> aggregate``.
-
-        ```python
-        (accounts.group_by(lambda account_id, acc: (acc["branch"], acc["balance"]))
-            .reduce(lambda total, balance: total + balance,
-                    lambda total, balance: total - balance))
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -422,6 +422,14 @@ class KGroupedTable:
         """Fold the rows of each new key into an aggregate of any type, kept right as rows
         change: a row's old value is subtracted from its old group, then its new value added.
 
+        ```python
+        (users.group_by(lambda user_id, user: (user["region"], user["age"]))
+            .aggregate(lambda: {"n": 0, "ages": 0},
+                       lambda region, age, agg: {"n": agg["n"] + 1, "ages": agg["ages"] + age},
+                       lambda region, age, agg: {"n": agg["n"] - 1, "ages": agg["ages"] - age},
+                       materialized=Materialized.with_(serdes.string(), serdes.json())))
+        ```
+
         :param initializer: ``initializer() -> aggregate``, a group's aggregate before its first
             row.
         :param adder: ``adder(key, value, aggregate) -> new aggregate`` for a row that joins the
@@ -433,14 +441,6 @@ class KGroupedTable:
         :param materialized: the store's name, serdes and caching; give a value serde when the
             aggregate is not the grouped value type.
         :returns: a table of ``new key -> aggregate``.
-
-        ```python
-        (users.group_by(lambda user_id, user: (user["region"], user["age"]))
-            .aggregate(lambda: {"n": 0, "ages": 0},
-                       lambda region, age, agg: {"n": agg["n"] + 1, "ages": agg["ages"] + age},
-                       lambda region, age, agg: {"n": agg["n"] - 1, "ages": agg["ages"] - age},
-                       materialized=Materialized.with_(serdes.string(), serdes.json())))
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(

@@ -117,14 +117,14 @@ class Consumed(_WithSerdes, _WithName):
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
         """Both serdes of the source topic.
 
-        :param key_serde: serde of its keys (None: raw ``bytes``).
-        :param value_serde: serde of its values (None: raw ``bytes``).
-        :returns: a copy with those serdes and every earlier setting.
-
         ```python
         consumed = Consumed.with_(serdes.string(), serdes.json()).as_("clicks-source")
         builder.stream("clicks", consumed)
         ```
+
+        :param key_serde: serde of its keys (None: raw ``bytes``).
+        :param value_serde: serde of its values (None: raw ``bytes``).
+        :returns: a copy with those serdes and every earlier setting.
         """
         return replace(self, key_serde=key_serde, value_serde=value_serde)
 
@@ -161,13 +161,13 @@ class Produced(_WithSerdes, _WithName):
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Produced:
         """Both serdes of the output topic.
 
-        :param key_serde: serde of its keys (None: the stream's).
-        :param value_serde: serde of its values (None: the stream's).
-        :returns: a copy with those serdes and every earlier setting.
-
         ```python
         counts.to_stream().to("counts", Produced.with_(serdes.string(), serdes.long()))
         ```
+
+        :param key_serde: serde of its keys (None: the stream's).
+        :param value_serde: serde of its values (None: the stream's).
+        :returns: a copy with those serdes and every earlier setting.
         """
         return replace(self, key_serde=key_serde, value_serde=value_serde)
 
@@ -213,13 +213,13 @@ class Grouped(_WithSerdes, _WithName):
     def with_(self, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Grouped:
         """Both serdes of the grouped records (they write the repartition topic, if any).
 
-        :param key_serde: serde of the grouping key (None: the stream's).
-        :param value_serde: serde of the values (None: the stream's).
-        :returns: a copy with those serdes and every earlier setting.
-
         ```python
         stream.group_by(lambda k, v: v["user"], Grouped.with_(serdes.string(), serdes.json()))
         ```
+
+        :param key_serde: serde of the grouping key (None: the stream's).
+        :param value_serde: serde of the values (None: the stream's).
+        :returns: a copy with those serdes and every earlier setting.
         """
         return replace(self, key_serde=key_serde, value_serde=value_serde)
 
@@ -285,16 +285,16 @@ class Joined(_WithSerdes, _WithName, _WithOtherValueSerde):
     ) -> Joined:
         """The serdes of a stream-table join.
 
+        ```python
+        orders.join(customers, lambda order, customer: {**order, "name": customer["name"]},
+                    Joined.with_(serdes.string(), serdes.json(), serdes.json()))
+        ```
+
         :param key_serde: serde of the stream's keys.
         :param value_serde: serde of the stream's values (they write its repartition topic when the
             stream was re-keyed before the join).
         :param other_value_serde: serde of the table's values.
         :returns: a copy with those serdes and every earlier setting.
-
-        ```python
-        orders.join(customers, lambda order, customer: {**order, "name": customer["name"]},
-                    Joined.with_(serdes.string(), serdes.json(), serdes.json()))
-        ```
         """
         return replace(
             self, key_serde=key_serde, value_serde=value_serde, other_value_serde=other_value_serde
@@ -380,12 +380,12 @@ class Materialized(_WithSerdes):
     def as_(self, store_name: str) -> Materialized:
         """The store's name, which makes the table queryable under it.
 
-        :param store_name: the name; the changelog topic is ``<application_id>-<name>-changelog``.
-        :returns: a copy with that name and every earlier setting.
-
         ```python
         grouped.count(materialized=Materialized.as_("counts").with_value_serde(serdes.long()))
         ```
+
+        :param store_name: the name; the changelog topic is ``<application_id>-<name>-changelog``.
+        :returns: a copy with that name and every earlier setting.
         """
         return replace(self, store_name=store_name)
 

@@ -142,18 +142,18 @@ class SessionWindowedKStream:
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
         """Count the records of each key in each session.
 
+        ```python
+        (builder.stream("clicks").group_by_key()
+            .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(30 * 60_000))
+            .count())
+        ```
+
         :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
         :param materialized: the session store's name, serdes, caching and retention (at least
             inactivity gap + grace); counts are 8-byte longs unless its value serde says otherwise.
         :returns: a table of ``Windowed(key, session) -> count``, where the session's window spans
             its first to its last record, both inclusive. A record that bridges two sessions merges
             them: the table deletes both (tombstones) and emits the merged session's count.
-
-        ```python
-        (builder.stream("clicks").group_by_key()
-            .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(30 * 60_000))
-            .count())
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(
@@ -192,6 +192,15 @@ class SessionWindowedKStream:
     ) -> KTable:
         """Fold the values of each key in each session into an aggregate of any type.
 
+        ```python
+        sessions.aggregate(
+            lambda: 0,
+            lambda key, value, total: total + value,
+            lambda key, left, right: left + right,
+            materialized=Materialized.with_(serdes.string(), serdes.long()),
+        )
+        ```
+
         :param initializer: ``initializer() -> aggregate``, a new session's aggregate before its
             first record.
         :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``: the record's
@@ -204,15 +213,6 @@ class SessionWindowedKStream:
         :param materialized: the session store's name, serdes, caching and retention.
         :returns: a table of ``Windowed(key, session) -> aggregate``; merged sessions are
             deleted (tombstones) and the merged one emitted.
-
-        ```python
-        sessions.aggregate(
-            lambda: 0,
-            lambda key, value, total: total + value,
-            lambda key, left, right: left + right,
-            materialized=Materialized.with_(serdes.string(), serdes.long()),
-        )
-        ```
         """
         m = materialized or Materialized()
         return self._aggregate(initializer, aggregator, merger, named, m, m.value_serde)

@@ -133,13 +133,13 @@ class EmitStrategy:
     def on_window_close() -> EmitStrategy:
         """Emit one final result per window, once stream time passes its end plus grace.
 
-        :returns: the strategy, for ``TimeWindowedKStream.emit_strategy``.
-
         ```python
         (grouped.windowed_by(TimeWindows.of_size_and_grace(60_000, 5_000))
             .emit_strategy(EmitStrategy.on_window_close())
             .count())
         ```
+
+        :returns: the strategy, for ``TimeWindowedKStream.emit_strategy``.
         """
         return EmitStrategy(True)
 

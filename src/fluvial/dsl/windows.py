@@ -101,15 +101,15 @@ class SlidingWindows:
         """Sliding windows for records at most ``time_difference_ms`` apart, open to late
         records for ``grace_ms``.
 
+        ```python
+        grouped.windowed_by(SlidingWindows.of_time_difference_and_grace(10_000, 2_000)).count()
+        ```
+
         :param time_difference_ms: the largest difference of two timestamps that share a window
             (int milliseconds or a ``timedelta``).
         :param grace_ms: how long after a window's end, in stream time, a late record is still
             added; later ones are dropped and counted.
         :returns: the windows, for ``KGroupedStream.windowed_by``.
-
-        ```python
-        grouped.windowed_by(SlidingWindows.of_time_difference_and_grace(10_000, 2_000)).count()
-        ```
         """
         return SlidingWindows(
             to_millis(time_difference_ms, "time difference"), to_millis(grace_ms, "grace")
@@ -161,15 +161,15 @@ class SessionWindows:
         """Sessions that end after ``gap_ms`` without a record, open to late records for
         ``grace_ms``.
 
+        ```python
+        grouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(30 * 60_000, 60_000)).count()
+        ```
+
         :param gap_ms: the inactivity gap: records of a key at most this far apart share a session
             (int milliseconds or a ``timedelta``).
         :param grace_ms: how long after a session's end, in stream time, a late record may still
             extend or merge it; later ones are dropped and counted.
         :returns: the windows, for ``KGroupedStream.windowed_by``.
-
-        ```python
-        grouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(30 * 60_000, 60_000)).count()
-        ```
         """
         return SessionWindows(to_millis(gap_ms, "inactivity gap"), to_millis(grace_ms, "grace"))
 
@@ -214,16 +214,16 @@ class JoinWindows:
     ) -> JoinWindows:
         """Join records whose timestamps differ by at most ``time_difference_ms``, either way.
 
+        ```python
+        clicks.join(views, lambda click, view: {**click, **view},
+                    JoinWindows.of_time_difference_and_grace(5_000, 1_000))
+        ```
+
         :param time_difference_ms: how far apart (before or after) two records may be and still join
             (int milliseconds or a ``timedelta``); ``before``/``after`` make it asymmetric.
         :param grace_ms: how long after the join window closes, in stream time, a late record may
             still join; left and outer joins emit an unmatched record only then.
         :returns: the windows, for ``KStream.join``, ``left_join`` and ``outer_join``.
-
-        ```python
-        clicks.join(views, lambda click, view: {**click, **view},
-                    JoinWindows.of_time_difference_and_grace(5_000, 1_000))
-        ```
         """
         diff = to_millis(time_difference_ms, "time difference")
         return JoinWindows(diff, diff, to_millis(grace_ms, "grace"))

@@ -115,12 +115,12 @@ class Application:
         creates or checks the internal topics, plans the tasks and, under exactly-once, fences
         earlier instances. The workers then run in background threads until :meth:`close`.
 
-        :raises StreamsError: (or a subclass) naming what is wrong and the fix.
-
         ```python
         with Application(topology, config) as app:   # starts; closing commits and stops
             app.wait(timeout_s=60)
         ```
+
+        :raises StreamsError: (or a subclass) naming what is wrong and the fix.
         """
         check_commit_metadata(self.topology, self.config)
         plan = ensure_internal_topics(self.topology, self.config)

@@ -149,6 +149,11 @@ class TopologyTestDriver:
     ) -> TestInputTopic:
         """A topic to pipe records into; each piped record is processed to completion at once.
 
+        ```python
+        inp = driver.create_input_topic("pageview-events", serdes.string(), serdes.json())
+        inp.pipe_input("k1", {"period": 40000, "category": "news"}, timestamp_ms=11)
+        ```
+
         :param name: a topic the topology reads.
         :param key_serde: serializes the keys you pipe.
         :param value_serde: serializes the values you pipe.
@@ -156,11 +161,6 @@ class TopologyTestDriver:
         :param auto_advance_ms: how far that clock moves after each such record.
         :returns: a :class:`TestInputTopic`.
         :raises ValueError: if the topology does not read ``name``.
-
-        ```python
-        inp = driver.create_input_topic("pageview-events", serdes.string(), serdes.json())
-        inp.pipe_input("k1", {"period": 40000, "category": "news"}, timestamp_ms=11)
-        ```
         """
         if name not in self._task_by_topic:
             raise ValueError(
