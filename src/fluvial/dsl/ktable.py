@@ -175,7 +175,15 @@ class KTable:
         *,
         with_key: bool = False,
     ) -> KTable:
-        """``mapper(value)`` (or ``mapper(key, value)``) applied to new and old values alike."""
+        """Replace each row's value; ``mapper`` sees new and old values alike.
+        :param mapper: ``mapper(value) -> new_value``, or ``mapper(key, value)`` with
+            ``with_key=True``; it should be a pure function, since old values are mapped again.
+        :param named: name of the processor.
+        :param materialized: materialize the result in a store of this name (queryable); by default
+            it is computed from the parent's store when read.
+        :param with_key: pass the key to ``mapper`` too.
+        :returns: the mapped table.
+        """
 
         def apply(key: Any, value: Any) -> Any:
             return mapper(key, value) if with_key else mapper(value)
@@ -201,6 +209,20 @@ class KTable:
 
         With ``foreign_key_extractor(left_value)``, each left row joins the right row whose key
         is its foreign key (tables need not be co-partitioned).
+
+        ```python
+        orders.join(customers, lambda order, customer: {**order, "name": customer["name"]},
+                    foreign_key_extractor=lambda order: order["customer_id"])
+        ```
+
+        :param other: the other table (co-partitioned, unless joined by foreign key).
+        :param joiner: ``joiner(value, other_value) -> result``, or
+            ``joiner(key, value, other_value)`` with ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param foreign_key_extractor: ``foreign_key_extractor(value) -> other table's key``.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table, keyed as this table.
         """
         return self._join(
             other, joiner, INNER, named, materialized, foreign_key_extractor, with_key
@@ -216,7 +238,17 @@ class KTable:
         foreign_key_extractor: Callable[[Any], Any] | None = None,
         with_key: bool = False,
     ) -> KTable:
-        """Every left row, with the right row or ``None``: ``joiner(left, right_or_None)``."""
+        """Every row of this table, with the other table's row for its key or ``None``.
+        :param other: the other table (co-partitioned, unless joined by foreign key).
+        :param joiner: ``joiner(value, other_value_or_None) -> result``, or
+            ``joiner(key, value, other_value_or_None)`` with ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param foreign_key_extractor: ``foreign_key_extractor(value) -> other table's key``: join
+            each row with the other table's row of that key.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table, revised as either side changes.
+        """
         return self._join(other, joiner, LEFT, named, materialized, foreign_key_extractor, with_key)
 
     def outer_join(
@@ -228,7 +260,15 @@ class KTable:
         *,
         with_key: bool = False,
     ) -> KTable:
-        """Rows of either table; the missing side is ``None``."""
+        """Rows of either table, the missing side ``None``; revised as either side changes.
+        :param other: the other table (co-partitioned).
+        :param joiner: ``joiner(value_or_None, other_value_or_None) -> result``, or with the key
+            first when ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table.
+        """
         return self._join(other, joiner, OUTER, named, materialized, None, with_key)
 
     def _join(
