@@ -223,7 +223,8 @@ class KStream:
     ) -> KStream:
         """Run a Processor API processor on every record.
         ```python
-        builder.add_state_store(Stores.key_value_store_builder("seen", serdes.string(), serdes.long()))
+        seen = Stores.key_value_store_builder("seen", serdes.string(), serdes.long())
+        builder.add_state_store(seen)
         stream.process(Deduplicate, "seen")   # Deduplicate is a Processor subclass
         ```
 
@@ -555,8 +556,9 @@ class KStream:
         :param grouped: the repartition topic's name and serdes (:class:`~fluvial.Grouped`).
         :param key_serde: serde of the keys (default: ``grouped``'s, else the stream's).
         :param value_serde: serde of the values (default: ``grouped``'s, else the stream's).
-        :returns: a :class:`KGroupedStream`. If the key changed upstream (``map``, ``select_key``...)
-            the aggregation reads through a repartition topic, named after ``grouped``.
+        :returns: a :class:`KGroupedStream`. If the key changed upstream (``map``,
+            ``select_key``...) the aggregation reads through a repartition topic, named after
+            ``grouped``.
         """
         from fluvial.dsl.grouped import KGroupedStream
 
