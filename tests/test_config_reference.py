@@ -10,18 +10,10 @@ from pathlib import Path
 from fluvial import StreamsConfig
 from fluvial.config import settings, settings_markdown
 from tests import processes
+from tests.reference_hook import reference_check
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_PAGE = ROOT / "docs" / "reference" / "config.md"
-
-
-def _reference_check():  # noqa: ANN202 - the hook module, imported from docs/hooks
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-    try:
-        import reference_check
-    finally:
-        sys.path.remove(str(ROOT / "docs" / "hooks"))
-    return reference_check
 
 
 def test_every_setting_says_what_it_means() -> None:
@@ -33,7 +25,7 @@ def test_every_setting_says_what_it_means() -> None:
 
 
 def test_the_reference_page_shows_every_setting_with_its_default() -> None:
-    page = _reference_check().on_page_markdown(CONFIG_PAGE.read_text())
+    page = reference_check().on_page_markdown(CONFIG_PAGE.read_text())
     assert "streams-config-settings" not in page  # the marker became the table
     assert "| `application_id` | `'fluvial-app'` | Names the application" in page
     assert "| `cache_max_bytes` | `10485760` |" in page
@@ -46,7 +38,7 @@ def test_the_reference_page_shows_every_setting_with_its_default() -> None:
 
 
 def test_a_page_without_the_settings_table_fails_the_docs_check(tmp_path: Path) -> None:
-    check = _reference_check()
+    check = reference_check()
     pages = tmp_path / "reference"
     pages.mkdir()
     for page in (ROOT / "docs" / "reference").glob("*.md"):
@@ -81,7 +73,7 @@ def test_a_setting_without_a_meaning_fails_the_docs_check(monkeypatch) -> None: 
     undescribed = [(name, default, "") if name == "state_dir" else (name, default, meaning)
                    for name, default, meaning in described]  # fmt: skip
     monkeypatch.setattr(fluvial.config, "settings", lambda: undescribed)
-    found = _reference_check().problems(ROOT / "docs" / "reference")
+    found = reference_check().problems(ROOT / "docs" / "reference")
     assert any(
         problem.startswith("StreamsConfig setting state_dir says nothing") for problem in found
     )

@@ -15,6 +15,7 @@ import pytest
 
 import fluvial
 from tests import processes
+from tests.reference_hook import reference_check
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "reference" / "examples.md"
@@ -47,24 +48,15 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
         )
 
 
-def _reference_check():  # noqa: ANN202 - the hook module, imported from docs/hooks
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-    try:
-        import reference_check
-    finally:
-        sys.path.remove(str(ROOT / "docs" / "hooks"))
-    return reference_check
-
-
 def test_reference_check_finds_an_undocumented_name(tmp_path: Path) -> None:
-    reference_check = _reference_check()
-    assert reference_check.problems(ROOT / "docs" / "reference") == []
+    hook = reference_check()
+    assert hook.problems(ROOT / "docs" / "reference") == []
     pages = tmp_path / "reference"
     pages.mkdir()
     for page in (ROOT / "docs" / "reference").glob("*.md"):
         (pages / page.name).write_text(page.read_text().replace("::: fluvial.Named\n", ""))
     assert "fluvial.Named is on no page of docs/reference (add '::: fluvial.Named')" in (
-        reference_check.problems(pages)
+        hook.problems(pages)
     )
 
 
@@ -73,11 +65,11 @@ def test_reference_check_walks_the_methods_of_public_classes(monkeypatch) -> Non
     check names it, whether the class defines it or inherits it from a private mixin."""
     from fluvial.dsl import grouped, options
 
-    reference_check = _reference_check()
+    hook = reference_check()
     monkeypatch.setattr(grouped.TimeWindowedKStream.aggregate, "__doc__", None)
     monkeypatch.setattr(fluvial.KTable.queryable_store_name.fget, "__doc__", "  ")
     monkeypatch.setattr(vars(options._WithName)["with_name"].__wrapped__, "__doc__", None)
-    found = reference_check.problems(ROOT / "docs" / "reference")
+    found = hook.problems(ROOT / "docs" / "reference")
     assert "fluvial.dsl.TimeWindowedKStream.aggregate has no docstring" in found
     assert "fluvial.KTable.queryable_store_name has no docstring" in found
     for option in ("Consumed", "Produced", "Grouped", "Repartitioned", "Joined", "StreamJoined"):
@@ -89,14 +81,14 @@ def test_reference_check_refuses_a_returned_dsl_class_that_is_not_exported(monke
     """A user holds what ``windowed_by`` returns: that class must be exported and shown."""
     import fluvial.dsl
 
-    reference_check = _reference_check()
+    hook = reference_check()
     exported = [name for name in fluvial.dsl.__all__ if name != "SessionWindowedKStream"]
     monkeypatch.setattr(fluvial.dsl, "__all__", exported)
     assert (
         "fluvial.dsl.KGroupedStream.windowed_by returns "
         "fluvial.dsl.session.SessionWindowedKStream, which no public module exports "
         "(add it to one's __all__ and to a page)"
-    ) in reference_check.problems(ROOT / "docs" / "reference")
+    ) in hook.problems(ROOT / "docs" / "reference")
 
 
 @pytest.mark.parametrize(
