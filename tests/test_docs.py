@@ -6,6 +6,7 @@ docstring or a place in docs/reference (docs/hooks/reference_check.py).
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import fluvial
 from tests import processes
+from tests.reference_hook import reference_check
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "reference" / "examples.md"
@@ -29,22 +31,64 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
     home = (tmp_path / "site" / "index.html").read_text()
     assert "make test" in home and "make demo" in home  # the home page is the README
     assert (tmp_path / "site" / "reference" / "dsl" / "index.html").exists()
+    # The settings table is generated into the reference page, with every setting's default.
+    config_page = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    from fluvial.config import settings
+
+    for name, default, _ in settings():
+        assert f"<code>{name}</code>" in config_page, name
+        assert html.escape(default, quote=False) in config_page, (name, default)
+    # Methods of the DSL's intermediate classes are on the page, with their docstrings.
+    dsl_page = (tmp_path / "site" / "reference" / "dsl" / "index.html").read_text()
+    for method in ("TimeWindowedKStream.aggregate", "SessionWindowedKStream.count",
+                   "CogroupedKStream.aggregate", "KGroupedTable.count", "BranchedKStream.branch",
+                   "Branched.with_function"):  # fmt: skip
+        assert f'id="fluvial.dsl.{method}"' in dsl_page or f'id="fluvial.{method}"' in dsl_page, (
+            method
+        )
 
 
 def test_reference_check_finds_an_undocumented_name(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-    try:
-        import reference_check
-    finally:
-        sys.path.remove(str(ROOT / "docs" / "hooks"))
-    assert reference_check.problems(ROOT / "docs" / "reference") == []
+    hook = reference_check()
+    assert hook.problems(ROOT / "docs" / "reference") == []
     pages = tmp_path / "reference"
     pages.mkdir()
     for page in (ROOT / "docs" / "reference").glob("*.md"):
         (pages / page.name).write_text(page.read_text().replace("::: fluvial.Named\n", ""))
     assert "fluvial.Named is on no page of docs/reference (add '::: fluvial.Named')" in (
-        reference_check.problems(pages)
+        hook.problems(pages)
     )
+
+
+def test_reference_check_walks_the_methods_of_public_classes(monkeypatch) -> None:  # noqa: ANN001
+    """A public method or property without a docstring is shown as nothing by mkdocstrings: the
+    check names it, whether the class defines it or inherits it from a private mixin."""
+    from fluvial.dsl import grouped, options
+
+    hook = reference_check()
+    monkeypatch.setattr(grouped.TimeWindowedKStream.aggregate, "__doc__", None)
+    monkeypatch.setattr(fluvial.KTable.queryable_store_name.fget, "__doc__", "  ")
+    monkeypatch.setattr(vars(options._WithName)["with_name"].__wrapped__, "__doc__", None)
+    found = hook.problems(ROOT / "docs" / "reference")
+    assert "fluvial.dsl.TimeWindowedKStream.aggregate has no docstring" in found
+    assert "fluvial.KTable.queryable_store_name has no docstring" in found
+    for option in ("Consumed", "Produced", "Grouped", "Repartitioned", "Joined", "StreamJoined"):
+        assert f"fluvial.{option}.with_name has no docstring" in found
+    assert not any(".with_key_serde " in problem for problem in found)
+
+
+def test_reference_check_refuses_a_returned_dsl_class_that_is_not_exported(monkeypatch) -> None:  # noqa: ANN001
+    """A user holds what ``windowed_by`` returns: that class must be exported and shown."""
+    import fluvial.dsl
+
+    hook = reference_check()
+    exported = [name for name in fluvial.dsl.__all__ if name != "SessionWindowedKStream"]
+    monkeypatch.setattr(fluvial.dsl, "__all__", exported)
+    assert (
+        "fluvial.dsl.KGroupedStream.windowed_by returns "
+        "fluvial.dsl.session.SessionWindowedKStream, which no public module exports "
+        "(add it to one's __all__ and to a page)"
+    ) in hook.problems(ROOT / "docs" / "reference")
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,22 @@
 A public name is one a public module exports (its ``__all__``, or for a module without one,
 the classes and functions it defines). Each must have a docstring of its own and be shown by
 a ``::: identifier`` block of a page under ``docs/reference/`` (itself, or a module block
-whose members include it). mkdocs' strict mode already fails on broken links and on a block
-naming something that does not exist.
+whose members include it). The walk goes on into classes: every public method and property
+of a public class (its own, or inherited from one of fluvial's classes) needs a docstring,
+since mkdocstrings shows nothing for one without. And a DSL class that a public method
+returns (``KGroupedStream.windowed_by`` returning ``SessionWindowedKStream``) is public too:
+a user chains calls on it, so it must be exported and shown. mkdocs' strict mode already fails on
+broken links and on a block naming something that does not exist.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,9 @@ PUBLIC_MODULES = (
     "fluvial.sinks",
     "fluvial.kafka",
 )
+# Where a reference page shows the table of StreamsConfig's settings, generated from their
+# definitions (fluvial.config.settings_markdown) so that it cannot drift from the code.
+SETTINGS_MARKER = "<!-- streams-config-settings -->"
 _BLOCK = re.compile(r"^::: (\S+)\s*$", re.M)
 _NO_MEMBERS = re.compile(r"^\s+members: false\s*$", re.M)
 
@@ -45,7 +55,9 @@ def public_names(module_name: str) -> dict[str, Any]:
             and getattr(obj, "__module__", None) == module_name
         ]
     return {
-        f"{module_name}.{name}": getattr(module, name) for name in names if not name.startswith("__")
+        f"{module_name}.{name}": getattr(module, name)
+        for name in names
+        if not name.startswith("__")
     }
 
 
@@ -79,9 +91,90 @@ def _own_docstring(obj: Any) -> bool:
     return bool(doc and doc.strip())
 
 
+def _fluvial_class(cls: type) -> bool:
+    return cls.__module__ == "fluvial" or cls.__module__.startswith("fluvial.")
+
+
+def public_members(cls: type) -> dict[str, Any]:
+    """The public methods and properties of ``cls``, as functions (a property by its getter).
+
+    Inherited ones count when a class of fluvial defines them (a private mixin's ``with_name``
+    is part of ``Consumed``); those of ``object``, ``Generic`` or ``Enum`` do not.
+    """
+    members: dict[str, Any] = {}
+    for owner in reversed(cls.__mro__):
+        if not _fluvial_class(owner):
+            continue
+        for name, attribute in vars(owner).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(attribute, staticmethod | classmethod):
+                attribute = attribute.__func__
+            elif isinstance(attribute, property):
+                attribute = attribute.fget
+            elif isinstance(attribute, functools.cached_property):
+                attribute = attribute.func
+            elif inspect.isfunction(getattr(attribute, "__wrapped__", None)):
+                attribute = attribute.__wrapped__  # a decorator's descriptor (the options' fluent)
+            if inspect.isfunction(attribute):
+                members[name] = attribute
+            else:
+                members.pop(name, None)  # a plain attribute or an enum member shadows it
+    return members
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The packages whose returned classes a user chains calls on (``group_by_key().windowed_by(..)
+# .count()``): a class of theirs that a public method returns must be public itself.
+CHAINED_PACKAGES = ("fluvial.dsl",)
+
+
+def _imported_names(module_name: str) -> dict[str, str]:
+    """Name -> module for every ``from fluvial... import name`` in a module's source, including
+    those under ``if TYPE_CHECKING:`` and inside functions (how the DSL breaks import cycles)."""
+    source = inspect.getsource(sys.modules[module_name])
+    names = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fluvial"):
+            for alias in node.names:
+                names[alias.asname or alias.name] = node.module
+    return names
+
+
+def returned_classes(function: Any) -> set[type]:
+    """fluvial's classes named in ``function``'s return annotation (a string under
+    ``from __future__ import annotations``)."""
+    annotation = inspect.get_annotations(function).get("return")
+    if annotation is None:
+        return set()
+    if not isinstance(annotation, str):
+        annotation = repr(annotation)
+    found = set()
+    for word in _WORD.findall(annotation):
+        candidate = function.__globals__.get(word)
+        if candidate is None and word in (imports := _imported_names(function.__module__)):
+            candidate = getattr(importlib.import_module(imports[word]), word, None)
+        if inspect.isclass(candidate) and _fluvial_class(candidate):
+            found.add(candidate)
+    return found
+
+
 def problems(reference_dir: Path) -> list[str]:
     shown = documented_objects(reference_dir)
     found = []
+    if not any(SETTINGS_MARKER in page.read_text() for page in reference_dir.glob("*.md")):
+        found.append(
+            f"no page of docs/reference shows StreamsConfig's settings ({SETTINGS_MARKER})"
+        )
+    from fluvial.config import settings
+
+    for name, _, meaning in settings():
+        if not meaning.strip():
+            found.append(
+                f"StreamsConfig setting {name} says nothing: define it with "
+                "setting(meaning, default) in src/fluvial/config.py"
+            )
+    public_classes: dict[type, str] = {}
     for module_name in PUBLIC_MODULES:
         for qualified, obj in public_names(module_name).items():
             if inspect.ismodule(obj):
@@ -91,6 +184,20 @@ def problems(reference_dir: Path) -> list[str]:
                 found.append(f"{qualified} has no docstring")
             if id(obj) not in shown:
                 found.append(f"{qualified} is on no page of docs/reference (add '::: {qualified}')")
+            if inspect.isclass(obj):
+                public_classes.setdefault(obj, qualified)
+    for cls, qualified in public_classes.items():
+        for name, function in public_members(cls).items():
+            if not _own_docstring(function):
+                found.append(f"{qualified}.{name} has no docstring")
+            for returned in sorted(returned_classes(function), key=lambda c: c.__qualname__):
+                if returned not in public_classes and returned.__module__.startswith(
+                    CHAINED_PACKAGES
+                ):
+                    found.append(
+                        f"{qualified}.{name} returns {returned.__module__}.{returned.__qualname__}"
+                        ", which no public module exports (add it to one's __all__ and to a page)"
+                    )
     return found
 
 
@@ -99,6 +206,14 @@ def on_config(config: Any, **_: Any) -> Any:
     if found:
         raise PluginError("undocumented public names:\n  " + "\n  ".join(found))
     return config
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    if SETTINGS_MARKER not in markdown:
+        return markdown
+    from fluvial.config import settings_markdown
+
+    return markdown.replace(SETTINGS_MARKER, settings_markdown())
 
 
 def on_page_read_source(page: Any, config: Any) -> str | None:

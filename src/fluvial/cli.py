@@ -329,9 +329,30 @@ def _print_generated_names(topology) -> None:  # noqa: ANN001 - a Topology
                   highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 
+def _print_settings(value: bool) -> None:
+    """``--help-config``: the table of StreamsConfig's settings, then exit (APP.py not needed)."""
+    if value:
+        import shutil
+
+        from fluvial.config import settings_text
+
+        typer.echo(settings_text(min(shutil.get_terminal_size().columns, 100)))
+        raise typer.Exit()
+
+
 @app.command("run")
 def run(
     app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
+    help_config: Annotated[
+        bool,
+        typer.Option(
+            "--help-config",
+            is_eager=True,
+            callback=_print_settings,
+            help="Print every StreamsConfig setting (APP.py's config) with its default and "
+            "meaning, and exit",
+        ),
+    ] = False,
     engine: Annotated[str, typer.Option(help="spark (the default) or local (in this process)")] = (
         "spark"
     ),

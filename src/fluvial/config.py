@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from fluvial.errors import ConfigError
 
@@ -35,56 +35,158 @@ def to_millis(duration: int | float | timedelta, what: str = "duration") -> int:
     return ms
 
 
+def setting(
+    meaning: str,
+    default: Any = MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    shown_default: str | None = None,
+) -> Any:
+    """A ``StreamsConfig`` field with what it means: the one source of the settings table.
+
+    ``shown_default`` replaces the default's ``repr`` where a value alone would mislead (a
+    default that depends on another setting).
+    """
+    metadata = {"meaning": meaning, "shown_default": shown_default}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class StreamsConfig:
-    """Settings of one fluvial application.
+    """Settings of one fluvial application, validated when made.
 
-    ``commit_interval_ms`` defaults to 100 under ``exactly_once_v2`` and 30000 under
-    ``at_least_once``, as in Kafka Streams.
+    Every setting is a keyword argument; an unknown name is an error that names the closest
+    known one. Each setting's name, default and meaning are in the table of the reference
+    (docs/reference/config.md), in ``fluvial run --help-config`` and at the end of this
+    docstring in ``help(StreamsConfig)``: all three are generated from the definitions below.
+
+    ```python
+    config = StreamsConfig(
+        application_id="pageviews",
+        processing_guarantee="exactly_once_v2",
+        processing_exception_handler="log_and_continue",
+        dead_letter_topic="pageviews-dead-letters",
+    )
+    config.with_overrides(commit_interval_ms=1000)  # a copy with one setting changed
+    ```
     """
 
-    application_id: str = "fluvial-app"
-    bootstrap_servers: str = "127.0.0.1:9092"
-    processing_guarantee: str = AT_LEAST_ONCE
-    commit_interval_ms: int | timedelta | None = None
-    state_dir: str = "/tmp/fluvial"
-    cache_max_bytes: int = 10 * 1024 * 1024
-    num_standby_replicas: int = 0
-    max_task_idle_ms: int | timedelta = 0
-    default_deserialization_exception_handler: str = "fail"
-    dead_letter_topic: str | None = None
-    # What a record the producer cannot deliver does: stop the application ("fail"), or be
-    # logged and skipped ("continue"). Fatal producer errors always stop it.
-    default_production_exception_handler: str = "fail"
-    # What an exception raised by a user's function or processor does: stop the application
-    # ("fail"), or skip the record at that operator, counted and sent to dead_letter_topic when
-    # one is set ("log_and_continue"). Errors of fluvial's own (serdes, stores, Kafka) always
-    # go their own way.
-    processing_exception_handler: str = "fail"
-    # The event time of every record read from a user topic whose source sets no extractor of its
-    # own: fn(record, partition_time_ms) -> int milliseconds. None keeps each record's Kafka
-    # timestamp. A negative or failing extraction goes the deserialization handler's way.
-    default_timestamp_extractor: Callable[[Any, int], int] | None = None
-    num_stream_threads: int = 1
-    replication_factor: int = -1
-    # How long past a window or session store's own retention its changelog keeps records, in
-    # wall-clock time after they were written (Kafka Streams'
-    # windowstore.changelog.additional.retention.ms). It is how long an application may stay
-    # down, mid-window, and still restore its windows.
-    windowstore_changelog_additional_retention_ms: int | timedelta = 24 * 60 * 60 * 1000
-    # Whether records of a joined or table topic are checked to sit on the partition Java's
-    # partitioner gives their key ("warn": log once and count them; "fail": stop; "off").
-    co_partitioning_check: str = "warn"
-    # Stream time that does not outrun a repartition topic's slowest writer, so a backlog or a
-    # replay gives the results live input gives (docs/semantics.md, "Catch-up completeness").
-    # False keeps Kafka Streams' rule: a downstream task's stream time follows its fastest writer.
-    catch_up_completeness: bool = True
-    # Refuse to start while any store, changelog or repartition topic has a generated name
-    # (``KSTREAM-AGGREGATE-STATE-STORE-0000000004``): such names shift when an operator is added
-    # before them (Kafka Streams' ensure.explicit.internal.resource.naming, KIP-1111).
-    ensure_explicit_internal_resource_naming: bool = False
-    # Extra librdkafka settings passed to every client (for example SASL or TLS options).
-    client_config: dict[str, Any] = field(default_factory=dict)
+    application_id: str = setting(
+        "Names the application: its consumer group, transactional ids, state directory and "
+        "the prefix of every internal topic. Letters, digits, '.', '_' and '-'.",
+        "fluvial-app",
+    )
+    bootstrap_servers: str = setting(
+        "host:port of one or more Kafka brokers, comma-separated.", "127.0.0.1:9092"
+    )
+    processing_guarantee: str = setting(
+        "'exactly_once_v2': outputs, changelog records and input offsets commit in one Kafka "
+        "transaction, and stale instances are fenced. 'at_least_once': flush, then commit "
+        "offsets; after a crash a record may be processed twice.",
+        AT_LEAST_ONCE,
+    )
+    commit_interval_ms: int | timedelta | None = setting(
+        "How often each worker commits, in milliseconds or a timedelta. Under exactly_once_v2 "
+        "it bounds output latency (readers see only committed records) and each hop through a "
+        "repartition topic adds up to one interval.",
+        None,
+        shown_default="100 under exactly_once_v2, 30000 under at_least_once",
+    )
+    state_dir: str = setting(
+        "Directory of local state: <state_dir>/<application_id>/<task>, a cache of the "
+        "changelog topics.",
+        "/tmp/fluvial",
+    )
+    cache_max_bytes: int = setting(
+        "Byte budget of each task's record caches, which coalesce updates of a key until the "
+        "next commit (fewer revisions, same final value). 0 turns caching off: every update is "
+        "emitted.",
+        10 * 1024 * 1024,
+    )
+    num_standby_replicas: int = setting(
+        "Warm copies of every task's state kept on other slots (Spark engine), for fast "
+        "failover and stale-allowed queries. The local engine ignores it.",
+        0,
+    )
+    max_task_idle_ms: int | timedelta = setting(
+        "How long a task with several input partitions waits for an empty one before "
+        "processing the others (whose records could then move stream time past it). 0 waits "
+        "only until that partition is known to be at its end.",
+        0,
+    )
+    default_deserialization_exception_handler: str = setting(
+        "What an undeserializable record (or a failed or negative timestamp extraction) does: "
+        "'fail' stops the application; 'log_and_continue' skips it, counted, and sends it to "
+        "dead_letter_topic when one is set.",
+        "fail",
+    )
+    dead_letter_topic: str | None = setting(
+        "Topic that receives records skipped by 'log_and_continue' handlers, as they were read, "
+        "with fluvial.* headers naming the error and where the record came from. None: skipped "
+        "records are only logged and counted.",
+        None,
+    )
+    default_production_exception_handler: str = setting(
+        "What a record the producer cannot deliver does: 'fail' stops the application; "
+        "'continue' logs and skips it. Fatal producer errors always stop it.",
+        "fail",
+    )
+    processing_exception_handler: str = setting(
+        "What an exception raised by a user's function or processor does: 'fail' stops the "
+        "application; 'log_and_continue' skips the record at that operator, counted, and sends "
+        "it to dead_letter_topic when one is set. Errors of fluvial's own (serdes, stores, "
+        "Kafka) are not processing errors.",
+        "fail",
+    )
+    default_timestamp_extractor: Callable[[Any, int], int] | None = setting(
+        "Event time of every record read from a user topic whose source sets no extractor of "
+        "its own: fn(record, partition_time_ms) -> int milliseconds. None keeps each record's "
+        "Kafka timestamp. A failing or negative extraction goes the deserialization handler's "
+        "way.",
+        None,
+    )
+    num_stream_threads: int = setting(
+        "Worker slots of the local engine (fluvial run --workers overrides it). The Spark "
+        "engine runs about one slot per executor core.",
+        1,
+    )
+    replication_factor: int = setting(
+        "Replication factor of the internal topics fluvial creates (repartition, changelog); "
+        "-1 takes the broker's default.replication.factor.",
+        -1,
+    )
+    windowstore_changelog_additional_retention_ms: int | timedelta = setting(
+        "How long past a window or session store's own retention its changelog keeps records, "
+        "in wall-clock time after they were written: how long an application may stay down, "
+        "mid-window, and still restore its windows.",
+        24 * 60 * 60 * 1000,
+    )
+    co_partitioning_check: str = setting(
+        "Whether records of a joined or table topic are checked to sit on the partition Java's "
+        "partitioner gives their key: 'warn' logs once and counts them, 'fail' stops, 'off' "
+        "skips the check.",
+        "warn",
+    )
+    catch_up_completeness: bool = setting(
+        "Stream time that does not outrun a repartition topic's slowest writer, so a backlog "
+        "or a replay gives the results live input gives (docs/semantics.md). False keeps Kafka "
+        "Streams' rule: a downstream task's stream time follows its fastest writer.",
+        True,
+    )
+    ensure_explicit_internal_resource_naming: bool = setting(
+        "Refuse to start while any store, changelog or repartition topic has a name generated "
+        "from its operator's position (KSTREAM-AGGREGATE-STATE-STORE-0000000004), which shifts "
+        "when an operator is added before it; as Kafka Streams' "
+        "ensure.explicit.internal.resource.naming.",
+        False,
+    )
+    client_config: dict[str, Any] = setting(
+        "Extra librdkafka settings passed to every client, e.g. SASL or TLS options. Their "
+        "values are never printed.",
+        default_factory=dict,
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> StreamsConfig:
         # Before the dataclass's own __init__, whose TypeError would not say what to write.
@@ -150,6 +252,7 @@ class StreamsConfig:
 
     @property
     def exactly_once(self) -> bool:
+        """Whether ``processing_guarantee`` is ``exactly_once_v2``."""
         return self.processing_guarantee == EXACTLY_ONCE_V2
 
     def with_overrides(self, **overrides: Any) -> StreamsConfig:
@@ -185,3 +288,54 @@ def _refuse_unknown(settings: dict[str, Any]) -> None:
         f"unknown StreamsConfig setting(s): {', '.join(hints)}; the settings are listed in "
         "docs/reference (fluvial.StreamsConfig)"
     )
+
+
+def settings() -> list[tuple[str, str, str]]:
+    """Every ``StreamsConfig`` setting as ``(name, default, meaning)``, in definition order."""
+    rows = []
+    for f in fields(StreamsConfig):
+        # .get: a setting defined without setting() still shows, and the docs check names it.
+        shown = f.metadata.get("shown_default")
+        if shown is None:
+            factory = cast(Callable[[], Any], f.default_factory)
+            default = factory() if f.default is MISSING else f.default
+            shown = repr(default)
+        rows.append((f.name, shown, f.metadata.get("meaning", "")))
+    return rows
+
+
+def _is_prose(name: str) -> bool:
+    return (
+        next(f for f in fields(StreamsConfig) if f.name == name).metadata["shown_default"]
+        is not None
+    )
+
+
+def settings_markdown() -> str:
+    """The settings as a Markdown table, for the reference page."""
+    lines = ["| Setting | Default | Meaning |", "| --- | --- | --- |"]
+    for name, default, meaning in settings():
+        # < and > would read as HTML tags (<state_dir>) in the page.
+        meaning = meaning.replace("<", "&lt;").replace(">", "&gt;")
+        cells = (f"`{name}`", default if _is_prose(name) else f"`{default}`", meaning)
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def settings_text(width: int = 80) -> str:
+    """The settings for a terminal (``fluvial run --help-config``): each name and default on a
+    line, its meaning wrapped to ``width`` below it."""
+    import textwrap
+
+    width = max(width, 40)
+    blocks = ["StreamsConfig settings (APP.py: config = StreamsConfig(name=value, ...)):"]
+    for name, default, meaning in settings():
+        wrapped = textwrap.fill(
+            meaning, width=width, initial_indent="    ", subsequent_indent="    ",
+            break_on_hyphens=False,
+        )  # fmt: skip
+        blocks.append(f"{name} = {default}\n{wrapped}")
+    return "\n\n".join(blocks)
+
+
+StreamsConfig.__doc__ = f"{StreamsConfig.__doc__}\nSettings:\n\n{settings_text(92)}\n"

@@ -33,7 +33,8 @@ Punctuator = Callable[[int], None]
 class Cancellable(Protocol):
     """Handle of a scheduled punctuation."""
 
-    def cancel(self) -> None: ...
+    def cancel(self) -> None:
+        """Stop the punctuation; it does not fire again."""
 
 
 class ProcessorContext(Protocol):
@@ -44,39 +45,86 @@ class ProcessorContext(Protocol):
     """
 
     @property
-    def application_id(self) -> str: ...
+    def application_id(self) -> str:
+        """The application's ``application_id``."""
 
     @property
-    def task_id(self) -> Any: ...
+    def task_id(self) -> Any:
+        """The task running this processor: its sub-topology and partition number."""
 
     @property
-    def topic(self) -> str | None: ...
+    def topic(self) -> str | None:
+        """The topic of the input record being processed; None in a punctuator."""
 
     @property
-    def partition(self) -> int | None: ...
+    def partition(self) -> int | None:
+        """The partition of the input record being processed; None in a punctuator."""
 
     @property
-    def offset(self) -> int | None: ...
+    def offset(self) -> int | None:
+        """The offset of the input record being processed; None in a punctuator."""
 
     @property
-    def timestamp_ms(self) -> int: ...
+    def timestamp_ms(self) -> int:
+        """The timestamp of the record being processed (in a punctuator: the time it fired at)."""
 
     @property
-    def metrics(self) -> Any: ...
+    def metrics(self) -> Any:
+        """The task's counters (:class:`~fluvial.processor.TaskMetrics`); a processor may add its
+        own with ``metrics.increment("name")``."""
 
-    def current_stream_time_ms(self) -> int: ...
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time: the largest record timestamp it has seen (-1 before any)."""
 
-    def current_system_time_ms(self) -> int: ...
+    def current_system_time_ms(self) -> int:
+        """The wall-clock time the task works with, in milliseconds (the test driver's mock
+        clock under ``TopologyTestDriver``)."""
 
-    def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None: ...
+    def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
+        """Send a record downstream, processed by the children before ``forward`` returns.
 
-    def get_state_store(self, name: str) -> Any: ...
+        :param record: the record to send; derive it from the input with
+            ``record.with_value(...)`` or ``record.with_key_value(...)`` to keep its timestamp
+            and headers.
+        :param child_name: send to this child only (a name given when the topology was built);
+            by default to every child.
+        :raises TopologyError: if no child has that name.
+        """
+
+    def get_state_store(self, name: str) -> Any:
+        """A state store connected to this processor.
+
+        :param name: the store's name, as given to ``Stores`` and passed to
+            ``KStream.process(supplier, name)`` or ``StreamsBuilder.add_state_store``.
+        :returns: the store (key-value, window, session or versioned, with typed keys and
+            values); writes go to its changelog and commit with the task.
+        :raises TopologyError: if the processor is not connected to that store.
+        """
 
     def schedule(
         self, interval_ms: int, punctuation_type: PunctuationType, callback: Punctuator
-    ) -> Cancellable: ...
+    ) -> Cancellable:
+        """Call ``callback(time_ms)`` every ``interval_ms``.
 
-    def request_commit(self) -> None: ...
+        ```python
+        def init(self, context):
+            super().init(context)
+            self.counts = context.get_state_store("counts")
+            context.schedule(60_000, PunctuationType.WALL_CLOCK_TIME, self.emit_all)
+        ```
+
+        :param interval_ms: the interval, in milliseconds.
+        :param punctuation_type: ``PunctuationType.STREAM_TIME``: driven by record timestamps,
+            on the grid of multiples of the interval, once the task has stream time;
+            ``PunctuationType.WALL_CLOCK_TIME``: driven by the wall clock, first one interval
+            from now.
+        :param callback: ``callback(time_ms) -> None``, called with the stream or wall-clock
+            time it fires at; it may forward records and use stores.
+        :returns: a handle whose ``cancel()`` stops the punctuation.
+        """
+
+    def request_commit(self) -> None:
+        """Ask the task to commit soon, without waiting for ``commit_interval_ms``."""
 
 
 class Processor(Generic[KIn, VIn]):

@@ -76,13 +76,29 @@ class Record(Generic[K, V]):
     # These run once per record per operator: direct construction, because
     # dataclasses.replace() inspects the fields on every call. The same objects are shared.
     def with_key_value(self, key: Any, value: Any) -> Record[Any, Any]:
+        """A copy with a new key and value, keeping the timestamp, headers and source position.
+
+        :param key: the new key.
+        :param value: the new value.
+        :returns: the new record (the original is unchanged), e.g. to ``context.forward``.
+        """
         return Record(key, value, self.timestamp_ms, self.headers, self.topic, self.partition,
                       self.offset)  # fmt: skip
 
     def with_value(self, value: Any) -> Record[Any, Any]:
+        """A copy with a new value, keeping the key, timestamp, headers and source position.
+
+        :param value: the new value.
+        :returns: the new record (the original is unchanged).
+        """
         return Record(self.key, value, self.timestamp_ms, self.headers, self.topic,
                       self.partition, self.offset)  # fmt: skip
 
     def with_timestamp(self, timestamp_ms: int) -> Record[Any, Any]:
+        """A copy with a new timestamp, keeping everything else.
+
+        :param timestamp_ms: the new event time, in milliseconds.
+        :returns: the new record (the original is unchanged).
+        """
         return Record(self.key, self.value, timestamp_ms, self.headers, self.topic,
                       self.partition, self.offset)  # fmt: skip

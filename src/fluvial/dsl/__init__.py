@@ -2,6 +2,7 @@
 
 from fluvial.dsl.builder import StreamsBuilder
 from fluvial.dsl.change import Change
+from fluvial.dsl.cogroup import CogroupedKStream
 from fluvial.dsl.global_table import GlobalKTable
 from fluvial.dsl.grouped import KGroupedStream, TimeWindowedKStream
 from fluvial.dsl.kstream import Branched, BranchedKStream, KStream
@@ -16,6 +17,7 @@ from fluvial.dsl.options import (
     Repartitioned,
     StreamJoined,
 )
+from fluvial.dsl.session import SessionWindowedKStream
 from fluvial.dsl.suppressed import BufferConfig, EmitStrategy, Suppressed
 from fluvial.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
@@ -24,6 +26,7 @@ __all__ = [
     "BranchedKStream",
     "BufferConfig",
     "Change",
+    "CogroupedKStream",
     "Consumed",
     "EmitStrategy",
     "GlobalKTable",
@@ -38,6 +41,7 @@ __all__ = [
     "Named",
     "Produced",
     "Repartitioned",
+    "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
     "StreamJoined",

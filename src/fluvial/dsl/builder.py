@@ -42,6 +42,20 @@ class StreamsBuilder:
         time (default: the config's ``default_timestamp_extractor``, else the Kafka
         timestamp); ``auto_offset_reset`` ("earliest", the default, or "latest") is where a
         partition without a committed offset starts.
+
+        ```python
+        readings = builder.stream("readings", key_serde=serdes.string(), value_serde=serdes.json(),
+                                  timestamp_extractor=lambda record, _: record.value["ts_ms"])
+        ```
+
+        :param topics: a topic, or a list of topics read as one stream.
+        :param consumed: serdes, source name, extractor and offset reset as a
+            :class:`~fluvial.Consumed`; the keyword arguments take precedence over it.
+        :param key_serde: serde of the keys (default: raw ``bytes``).
+        :param value_serde: serde of the values (default: raw ``bytes``).
+        :param timestamp_extractor: ``timestamp_extractor(record, partition_time_ms) -> int``.
+        :param auto_offset_reset: ``"earliest"`` or ``"latest"``.
+        :returns: the stream.
         """
         c = consumed or Consumed()
         topic_list = [topics] if isinstance(topics, str) else list(topics)
@@ -66,6 +80,17 @@ class StreamsBuilder:
         """A table whose rows are the latest value per key of ``topic`` (``None`` deletes).
 
         ``timestamp_extractor`` and ``auto_offset_reset`` as for :meth:`stream`.
+
+        :param topic: the topic; its records are upserts (a ``None`` value deletes the key).
+        :param consumed: serdes, source name, extractor and offset reset
+            (:class:`~fluvial.Consumed`).
+        :param materialized: the store's name (which makes the table queryable), serdes,
+            caching, and history retention for a versioned table (:class:`~fluvial.Materialized`).
+        :param key_serde: serde of the keys.
+        :param value_serde: serde of the values.
+        :param timestamp_extractor: ``timestamp_extractor(record, partition_time_ms) -> int``.
+        :param auto_offset_reset: ``"earliest"`` or ``"latest"``.
+        :returns: the table.
         """
         c = consumed or Consumed()
         m = materialized or Materialized()
@@ -99,6 +124,14 @@ class StreamsBuilder:
 
         Streams join it by a key they compute (``stream.join(global_table, joiner,
         key_selector=...)``), so neither repartitioning nor co-partitioning is needed.
+
+        :param topic: the topic, read from its earliest offset by every instance.
+        :param consumed: serdes, source name and extractor (:class:`~fluvial.Consumed`; no
+            offset reset).
+        :param materialized: the store's name and serdes (not versioned).
+        :param key_serde: serde of the keys.
+        :param value_serde: serde of the values.
+        :returns: the global table.
         """
         c = consumed or Consumed()
         m = materialized or Materialized()
@@ -124,12 +157,20 @@ class StreamsBuilder:
         return GlobalKTable(store, key_serde, value_serde, store_getter(store, k, v))
 
     def add_state_store(self, store_builder: StoreBuilder) -> StreamsBuilder:
-        """Register a Processor API store; processors name it in ``KStream.process(..., name)``."""
+        """Register a Processor API store; processors name it in ``KStream.process(..., name)``.
+
+        :param store_builder: the store, from :class:`~fluvial.Stores`.
+        :returns: this builder.
+        """
         self._itb.add_store(store_builder.build_spec())
         return self
 
     def build(self) -> Topology:
-        """Validate the topology; raises :class:`~fluvial.errors.TopologyError` naming problems."""
+        """Validate the topology and return it, ready to run or describe.
+
+        :returns: the :class:`~fluvial.Topology`.
+        :raises TopologyError: naming every problem found and its fix.
+        """
         graph.resolve_null_key_filters(self._itb)
         resolve_key_serdes(self._itb)
         return self._itb.build()

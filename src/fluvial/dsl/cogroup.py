@@ -61,6 +61,29 @@ class CogroupedKStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
+        """Aggregate every cogrouped stream into one table, each record with its own stream's
+        aggregator.
+
+        ```python
+        clicks = builder.stream("clicks").group_by_key()
+        views = builder.stream("views").group_by_key()
+        totals = (clicks.cogroup(lambda key, click, agg: {**agg, "clicks": agg["clicks"] + 1})
+                  .cogroup(views, lambda key, view, agg: {**agg, "views": agg["views"] + 1})
+                  .aggregate(lambda: {"clicks": 0, "views": 0},
+                             materialized=Materialized.with_(serdes.string(), serdes.json())))
+        ```
+
+        :param initializer: ``initializer() -> aggregate``, a key's (or window's) aggregate
+            before its first record from any of the streams.
+        :param merger: session windows only: ``merger(key, merged_so_far, session_aggregate) ->
+            merged`` when a record joins sessions (see ``SessionWindowedKStream.aggregate``).
+        :param named: name of the merge processor the aggregations meet in.
+        :param materialized: the one store's name, serdes, caching and retention; give the
+            aggregate's value serde here, since the streams' value types differ.
+        :returns: a table of ``key -> aggregate`` (``Windowed(key, window) -> aggregate`` after
+            ``windowed_by``). The streams share one store, so they must be co-partitioned; a stream
+            whose key changed is repartitioned first.
+        """
         from fluvial.dsl.ktable import KTable
 
         windows = self._windows

@@ -29,6 +29,7 @@ class GlobalKTable:
 
     @property
     def queryable_store_name(self) -> str:
+        """The name of the store that holds the table, for interactive queries."""
         return self.store_name
 
     def __repr__(self) -> str:

@@ -45,7 +45,13 @@ class KGroupedStream:
         self._grouped_name = grouped_name
 
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
-        """Records per key, as 8-byte longs on the wire."""
+        """Count the records of each key.
+
+        :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
+        :param materialized: the store's name, serdes and caching; counts are 8-byte longs
+            (``serdes.long()``) unless its value serde says otherwise.
+        :returns: a table of ``key -> count``, updated (a revision) on every record.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             AGGREGATE, lambda: 0, count_aggregator, named, m, m.value_serde or serdes.long()
@@ -57,7 +63,19 @@ class KGroupedStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``reducer(aggregate, value)``; the first value of a key is its aggregate."""
+        """Combine the values of each key into one of the same type.
+
+        ```python
+        grouped.reduce(lambda total, amount: total + amount)   # running sum per key
+        ```
+
+        :param reducer: ``reducer(aggregate, value) -> new aggregate``; the first value of a key
+            is its aggregate, so ``reducer`` is called from the second on.
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; the value serde defaults to
+            the stream's.
+        :returns: a table of ``key -> aggregate``, updated on every record.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             REDUCE, None, lambda k, v, agg: reducer(agg, v), named, m,
@@ -71,7 +89,26 @@ class KGroupedStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``aggregator(key, value, aggregate)`` starting from ``initializer()``."""
+        """Fold the values of each key into an aggregate of any type.
+
+        ```python
+        grouped.aggregate(
+            lambda: {"count": 0, "total": 0},
+            lambda key, amount, agg: {"count": agg["count"] + 1, "total": agg["total"] + amount},
+            materialized=Materialized.as_("totals").with_value_serde(serdes.json()),
+        )
+        ```
+
+        :param initializer: ``initializer() -> aggregate``, the aggregate before a key's first
+            record.
+        :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``; note the
+            order: the record's key and value first, the aggregate so far last.
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; give a value serde
+            (``Materialized.with_(key_serde, value_serde)``) when the aggregate is not the
+            stream's value type.
+        :returns: a table of ``key -> aggregate``, updated on every record.
+        """
         m = materialized or Materialized()
         return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
 
@@ -84,8 +121,19 @@ class KGroupedStream:
     def windowed_by(
         self, windows: TimeWindows | SlidingWindows | SessionWindows
     ) -> TimeWindowedKStream | SessionWindowedKStream:
-        """Aggregate per window: :class:`~fluvial.TimeWindows`, :class:`~fluvial.SlidingWindows`
-        or :class:`~fluvial.SessionWindows`."""
+        """Cut each key's records into windows before aggregating.
+
+        ```python
+        (grouped.windowed_by(TimeWindows.of_size_and_grace(size_ms=60_000, grace_ms=5_000))
+            .count())      # Windowed(key, Window(start_ms, end_ms)) -> count
+        ```
+
+        :param windows: :class:`~fluvial.TimeWindows` (tumbling or hopping),
+            :class:`~fluvial.SlidingWindows` or :class:`~fluvial.SessionWindows`.
+        :returns: a :class:`TimeWindowedKStream` for time and sliding windows, a
+            :class:`SessionWindowedKStream` for session windows; their aggregations return a
+            table keyed by :class:`~fluvial.Windowed`.
+        """
         if isinstance(windows, SessionWindows):
             from fluvial.dsl.session import SessionWindowedKStream
 
@@ -98,7 +146,13 @@ class KGroupedStream:
         return TimeWindowedKStream(self, windows, EmitStrategy.on_window_update())
 
     def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
-        """Start aggregating several grouped streams into one table; see :class:`CogroupedKStream`."""
+        """Start aggregating several grouped streams into one table, one aggregator each.
+
+        :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate`` for this
+            stream's records.
+        :returns: a :class:`CogroupedKStream`: add more streams with ``.cogroup(other,
+            aggregator)``, then call ``.aggregate(initializer)``.
+        """
         from fluvial.dsl.cogroup import CogroupedKStream
 
         return CogroupedKStream(self, ((self, aggregator),))
@@ -146,10 +200,30 @@ class TimeWindowedKStream:
         self._emit = emit_strategy
 
     def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream:
-        """``EmitStrategy.on_window_close()`` emits one final result per window."""
+        """Choose when results come out.
+
+        :param strategy: ``EmitStrategy.on_window_update()`` (the default: a revision on every
+            record) or ``EmitStrategy.on_window_close()`` (one final result per window, once
+            stream time passes its end plus grace).
+        :returns: a copy of this windowed stream with that strategy.
+        """
         return TimeWindowedKStream(self._grouped, self._windows, strategy)
 
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Count the records of each key in each window.
+
+        ```python
+        counts = (builder.stream("clicks").group_by_key()
+                  .windowed_by(TimeWindows.of_size_with_no_grace(60_000)).count())
+        counts.to_stream().map(lambda wk, n: (wk.key, f"{wk.window.start_ms}: {n}"))
+        ```
+
+        :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
+        :param materialized: the window store's name, serdes, caching and retention (at least
+            window size + grace); counts are 8-byte longs unless its value serde says otherwise.
+        :returns: a table of ``Windowed(key, window) -> count``. A record later than the
+            window's grace is dropped and counted as late.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             AGGREGATE, lambda: 0, count_aggregator, named, m, m.value_serde or serdes.long()
@@ -161,6 +235,19 @@ class TimeWindowedKStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
+        """Combine the values of each key in each window into one of the same type.
+
+        ```python
+        windowed.reduce(lambda biggest, value: max(biggest, value))
+        ```
+
+        :param reducer: ``reducer(aggregate, value) -> new aggregate``; a window's first value
+            is its aggregate.
+        :param named: name of the aggregation's processor.
+        :param materialized: the window store's name, serdes, caching and retention; the value
+            serde defaults to the stream's.
+        :returns: a table of ``Windowed(key, window) -> aggregate``.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             REDUCE, None, lambda k, v, agg: reducer(agg, v), named, m,
@@ -174,6 +261,26 @@ class TimeWindowedKStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
+        """Fold the values of each key in each window into an aggregate of any type.
+
+        ```python
+        windowed.aggregate(
+            lambda: [],
+            lambda key, value, seen: seen + [value],
+            materialized=Materialized.with_(serdes.string(), serdes.json()),
+        )
+        ```
+
+        :param initializer: ``initializer() -> aggregate``, each window's aggregate before its
+            first record.
+        :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``: the record's
+            key and value first, the window's aggregate so far last.
+        :param named: name of the aggregation's processor.
+        :param materialized: the window store's name, serdes, caching and retention; give a
+            value serde when the aggregate is not the stream's value type.
+        :returns: a table of ``Windowed(key, window) -> aggregate``. With hopping windows a
+            record updates every window that contains it.
+        """
         m = materialized or Materialized()
         return self._aggregate(AGGREGATE, initializer, aggregator, named, m, m.value_serde)
 

@@ -114,7 +114,17 @@ class KStream:
         return self._add("KSTREAM-FILTER-", lambda: FilterProcessor(predicate, True), named)
 
     def map(self, mapper: Callable[[Any, Any], Any], named: NamedArg = None) -> KStream:
-        """``mapper(key, value)`` returns a ``KeyValue`` or ``(key, value)``; marks a repartition."""
+        """Replace each record's key and value.
+        ```python
+        clicks.map(lambda user_id, click: (click["page"], click["duration_ms"]))
+        ```
+
+        :param mapper: ``mapper(key, value) -> (new_key, new_value)``, a tuple or a
+            :class:`~fluvial.KeyValue`.
+        :param named: name of the processor.
+        :returns: the mapped stream. The key may have changed, so a later grouping or join writes
+            through a repartition topic first; use ``map_values`` when only the value changes.
+        """
         return self._add(
             "KSTREAM-MAP-", lambda: MapProcessor(mapper), named,
             key_serde=None, value_serde=None, key_changing=True,
@@ -123,7 +133,13 @@ class KStream:
     def map_values(
         self, mapper: Callable[..., Any], named: NamedArg = None, *, with_key: bool = False
     ) -> KStream:
-        """``mapper(value)`` (or ``mapper(key, value)`` with ``with_key=True``); keys stay."""
+        """Replace each record's value; the key, and so the partitioning, stay.
+        :param mapper: ``mapper(value) -> new_value``, or ``mapper(key, value) -> new_value`` with
+            ``with_key=True``.
+        :param named: name of the processor.
+        :param with_key: pass the key to ``mapper`` too.
+        :returns: the mapped stream (its value serde is no longer known: give one downstream).
+        """
         return self._add(
             "KSTREAM-MAPVALUES-", lambda: MapValuesProcessor(mapper, with_key), named,
             value_serde=None,
@@ -132,7 +148,16 @@ class KStream:
     def flat_map(
         self, mapper: Callable[[Any, Any], Iterable[Any]], named: NamedArg = None
     ) -> KStream:
-        """Zero or more ``(key, value)`` per record; marks a repartition."""
+        """Replace each record with zero or more records.
+        ```python
+        lines.flat_map(lambda _, line: [(word, 1) for word in line.split()])
+        ```
+
+        :param mapper: ``mapper(key, value) -> iterable of (key, value)`` (tuples or
+            :class:`~fluvial.KeyValue`); an empty iterable drops the record.
+        :param named: name of the processor.
+        :returns: the new stream; keys may have changed, so a later grouping or join repartitions.
+        """
         return self._add(
             "KSTREAM-FLATMAP-", lambda: FlatMapProcessor(mapper), named,
             key_serde=None, value_serde=None, key_changing=True,
@@ -145,14 +170,24 @@ class KStream:
         *,
         with_key: bool = False,
     ) -> KStream:
-        """Zero or more values per record, each with the record's key."""
+        """Replace each record's value with zero or more values, each with the record's key.
+        :param mapper: ``mapper(value) -> iterable of values``, or ``mapper(key, value)`` with
+            ``with_key=True``; an empty iterable drops the record.
+        :param named: name of the processor.
+        :param with_key: pass the key to ``mapper`` too.
+        :returns: the new stream, keyed as before.
+        """
         return self._add(
             "KSTREAM-FLATMAPVALUES-", lambda: FlatMapValuesProcessor(mapper, with_key), named,
             value_serde=None,
         )  # fmt: skip
 
     def select_key(self, mapper: Callable[[Any, Any], Any], named: NamedArg = None) -> KStream:
-        """New key ``mapper(key, value)``; marks a repartition."""
+        """Give each record a new key; the value stays.
+        :param mapper: ``mapper(key, value) -> new_key``.
+        :param named: name of the processor.
+        :returns: the re-keyed stream; a later grouping or join writes through a repartition topic.
+        """
         return self._add(
             "KSTREAM-KEY-SELECT-", lambda: SelectKeyProcessor(mapper), named,
             key_serde=None, key_changing=True,
@@ -186,7 +221,20 @@ class KStream:
     def process(
         self, supplier: ProcessorSupplier, *store_names: str, named: NamedArg = None
     ) -> KStream:
-        """Run a Processor API processor; it may use the named stores and forward anything."""
+        """Run a Processor API processor on every record.
+        ```python
+        seen = Stores.key_value_store_builder("seen", serdes.string(), serdes.long())
+        builder.add_state_store(seen)
+        stream.process(Deduplicate, "seen")   # Deduplicate is a Processor subclass
+        ```
+
+        :param supplier: ``supplier() -> Processor``, called once per task (a ``Processor``
+            subclass is such a supplier).
+        :param store_names: the stores the processor may open with ``context.get_state_store``
+            (added with ``StreamsBuilder.add_state_store``).
+        :param named: name of the processor.
+        :returns: the stream of what the processor forwards (keys may have changed).
+        """
         return self._add(
             "KSTREAM-PROCESSOR-", supplier, named,
             key_serde=None, value_serde=None, key_changing=True, stores=store_names,
@@ -201,7 +249,13 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> None:
-        """Write the stream to ``topic``. Without serdes, the stream's own (or inferred) are used."""
+        """Write every record to ``topic``; this ends the stream.
+        :param topic: the output topic; it must exist before the application starts
+            (``fluvial topics create``), or the start is refused.
+        :param produced: serdes, partitioner and sink name (:class:`~fluvial.Produced`).
+        :param key_serde: serde of the keys; by default the ``produced`` one, else the stream's.
+        :param value_serde: serde of the values; by default the ``produced`` one, else the stream's.
+        """
         produced = produced or Produced()
         name = produced.name or self._itb.new_processor_name(graph.SINK)
         self._itb.add_sink(
@@ -222,7 +276,15 @@ class KStream:
         name: str | None = None,
         num_partitions: int | None = None,
     ) -> KStream:
-        """Write through a repartition topic now (e.g. to change the partition count)."""
+        """Write the stream through a repartition topic now, and read it back.
+        :param repartitioned: the topic's name, serdes and partition count
+            (:class:`~fluvial.Repartitioned`).
+        :param key_serde: serde of the keys (default: ``repartitioned``'s, else the stream's).
+        :param value_serde: serde of the values (default: ``repartitioned``'s, else the stream's).
+        :param name: the topic's name, ``<application_id>-<name>-repartition``.
+        :param num_partitions: its partition count (default: as its source topics).
+        :returns: the stream read from the repartition topic, partitioned by its current key.
+        """
         r = repartitioned or Repartitioned()
         key_serde = key_serde or r.key_serde or self.key_serde
         value_serde = value_serde or r.value_serde or self.value_serde
@@ -235,7 +297,11 @@ class KStream:
         return KStream(self._builder, source, key_serde, value_serde, False)
 
     def to_table(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
-        """Read the stream as a changelog: the latest value per key, ``None`` deleting."""
+        """Read the stream as a changelog: the latest value per key, a ``None`` value deleting it.
+        :param named: name of the processor.
+        :param materialized: the store's name (which makes it queryable), serdes and caching.
+        :returns: the table; a stream whose key changed is repartitioned first.
+        """
         from fluvial.dsl.getters import store_getter
         from fluvial.dsl.ktable import KTable
         from fluvial.dsl.old_values import SourceOldValues
@@ -305,6 +371,28 @@ class KStream:
         (``Joined`` for a table, ``StreamJoined`` for a stream) carries the same settings.
         A re-keyed stream without a key serde takes the other side's, so both sides write equal
         keys as equal bytes; two different known key serdes are refused when the topology builds.
+
+        ```python
+        enriched = orders.join(customers, lambda order, customer: {**order, **customer})
+        pairs = clicks.join(views, lambda click, view: (click, view),
+                            JoinWindows.of_time_difference_and_grace(10_000, 1_000))
+        ```
+
+        :param other: a ``KStream``, ``KTable`` or ``GlobalKTable``.
+        :param joiner: ``joiner(value, other_value) -> result``, or
+            ``joiner(key, value, other_value)`` with ``with_key=True``.
+        :param windows: required with a stream: how far apart two records may be.
+        :param named: name of the join's processor(s).
+        :param key_selector: with a ``GlobalKTable``: ``key_selector(key, value) -> the table's
+            key`` to look up.
+        :param with_key: pass the key to ``joiner`` first.
+        :param store_name: prefix of a stream-stream join's store names.
+        :param key_serde: serde of this stream's keys.
+        :param value_serde: serde of this stream's values.
+        :param other_value_serde: serde of the other side's values.
+        :param joined: the same settings as :class:`~fluvial.Joined` or
+            :class:`~fluvial.StreamJoined`.
+        :returns: the stream of joined results, keyed as this stream.
         """
         return self._join(
             other, joiner, windows, named, INNER, key_selector, with_key, store_name,
@@ -330,6 +418,22 @@ class KStream:
 
         With a stream, a record without a partner is emitted only once its join window has
         closed (time difference + grace), so no result is later contradicted.
+
+        :param other: a ``KStream``, ``KTable`` or ``GlobalKTable``.
+        :param joiner: ``joiner(value, other_value_or_None) -> result``, or
+            ``joiner(key, value, other_value_or_None)`` with ``with_key=True``.
+        :param windows: required with a stream (:class:`~fluvial.JoinWindows`).
+        :param named: name of the join's processor(s).
+        :param key_selector: with a ``GlobalKTable``: ``key_selector(key, value) -> the table's
+            key``.
+        :param with_key: pass the key to ``joiner`` first.
+        :param store_name: prefix of a stream-stream join's store names.
+        :param key_serde: serde of this stream's keys.
+        :param value_serde: serde of this stream's values.
+        :param other_value_serde: serde of the other side's values.
+        :param joined: the same settings as :class:`~fluvial.Joined` or
+            :class:`~fluvial.StreamJoined`.
+        :returns: the stream of joined results, one per record of this stream at least.
         """
         return self._join(
             other, joiner, windows, named, LEFT, key_selector, with_key, store_name,
@@ -350,7 +454,23 @@ class KStream:
         other_value_serde: Serde[Any] | None = None,
         joined: StreamJoined | None = None,
     ) -> KStream:
-        """Records of either stream, with ``None`` for a partner that never came in the window."""
+        """Records of either stream, joined where a partner came within the window.
+        A record without a partner is emitted with ``None`` on the missing side once its join
+        window has closed (time difference + grace), so no result is later contradicted.
+
+        :param other: the other stream.
+        :param joiner: ``joiner(value, other_value) -> result`` (one of them ``None`` for an
+            unmatched record), or ``joiner(key, value, other_value)`` with ``with_key=True``.
+        :param windows: how far apart two records may be (:class:`~fluvial.JoinWindows`).
+        :param named: name of the join's processors.
+        :param with_key: pass the key to ``joiner`` first.
+        :param store_name: prefix of the join's store names.
+        :param key_serde: serde of both streams' keys (for stores and repartition topics).
+        :param value_serde: serde of this stream's values.
+        :param other_value_serde: serde of the other stream's values.
+        :param joined: the same settings as a :class:`~fluvial.StreamJoined`.
+        :returns: the stream of joined results.
+        """
         if not isinstance(other, KStream):
             raise TypeError("outer_join joins two streams; tables join with KTable.outer_join")
         return self._join(
@@ -430,7 +550,16 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> KGroupedStream:
-        """Group by the current key, for aggregations (repartitions if the key changed)."""
+        """Group the records by their current key, for ``count``, ``reduce``, ``aggregate``,
+        ``windowed_by`` or ``cogroup``.
+
+        :param grouped: the repartition topic's name and serdes (:class:`~fluvial.Grouped`).
+        :param key_serde: serde of the keys (default: ``grouped``'s, else the stream's).
+        :param value_serde: serde of the values (default: ``grouped``'s, else the stream's).
+        :returns: a :class:`KGroupedStream`. If the key changed upstream (``map``,
+            ``select_key``...) the aggregation reads through a repartition topic, named after
+            ``grouped``.
+        """
         from fluvial.dsl.grouped import KGroupedStream
 
         g = grouped or Grouped()
@@ -451,7 +580,18 @@ class KStream:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> KGroupedStream:
-        """Group by ``selector(key, value)``; always repartitions."""
+        """Group the records by a new key, for aggregations.
+        ```python
+        views.group_by(lambda user_id, view: view["page"], key_serde=serdes.string()).count()
+        ```
+
+        :param selector: ``selector(key, value) -> new_key``.
+        :param grouped: the repartition topic's name and serdes (:class:`~fluvial.Grouped`).
+        :param key_serde: serde of the new key (needed unless ``grouped`` gives one; a join
+            downstream infers it from the other side).
+        :param value_serde: serde of the values (default: the stream's).
+        :returns: a :class:`KGroupedStream`; the aggregation reads through a repartition topic.
+        """
         return self.select_key(selector).group_by_key(
             grouped, key_serde=key_serde, value_serde=value_serde or self.value_serde
         )
@@ -470,14 +610,44 @@ class Branched:
 
     @staticmethod
     def as_(name: str) -> Branched:
+        """A branch with a name and nothing else: the branch stream itself is in the result.
+
+        :param name: appended to the ``split`` name to name the branch (``split(named="route-")``
+            and ``Branched.as_("eu")`` give ``"route-eu"``, the branch's key in the result).
+        :returns: the ``Branched`` to pass to ``branch`` or ``default_branch``.
+        """
         return Branched(name)
 
     @staticmethod
     def with_function(fn: Callable[[KStream], KStream | None], name: str | None = None) -> Branched:
+        """A branch whose stream is handed to ``fn`` as the topology is built.
+
+        ```python
+        def flag(large: KStream) -> KStream:
+            return large.map_values(lambda order: {**order, "large": True})
+
+        branches = (orders.split(named="orders-")
+                    .branch(lambda k, order: order["total"] > 1000,
+                            Branched.with_function(flag, "large"))
+                    .default_branch(Branched.as_("small")))
+        branches["orders-large"]   # the flagged stream
+        ```
+
+        :param fn: ``fn(branch_stream) -> stream or None``; what it returns replaces the branch in
+            the result (None leaves the branch out).
+        :param name: the branch's name, appended to the ``split`` name; by default its position.
+        :returns: the ``Branched`` to pass to ``branch`` or ``default_branch``.
+        """
         return Branched(name, function=fn)
 
     @staticmethod
     def with_consumer(fn: Callable[[KStream], None], name: str | None = None) -> Branched:
+        """A branch whose stream is handed to ``fn``, which ends it (``to``, ``foreach``...).
+
+        :param fn: ``fn(branch_stream) -> None``; the branch is then not in the result.
+        :param name: the branch's name, appended to the ``split`` name; by default its position.
+        :returns: the ``Branched`` to pass to ``branch`` or ``default_branch``.
+        """
         return Branched(name, consumer=fn)
 
 
@@ -501,6 +671,22 @@ class BranchedKStream:
     def branch(
         self, predicate: Callable[[Any, Any], bool], branched: Branched | None = None
     ) -> BranchedKStream:
+        """Add a branch: records for which ``predicate`` holds, and no earlier branch's did.
+
+        ```python
+        branches = (stream.split(named="temp-")
+                    .branch(lambda k, reading: reading["celsius"] > 40, Branched.as_("hot"))
+                    .default_branch(Branched.as_("normal")))
+        branches["temp-hot"].to("alerts")
+        ```
+
+        :param predicate: ``predicate(key, value) -> bool``; each record goes to the first branch
+            whose predicate matches, in the order the branches were added.
+        :param branched: the branch's name and what to do with it (:class:`~fluvial.Branched`);
+            by default it is named by its position (``"1"``, ``"2"``...) after the ``split`` name.
+        :returns: this ``BranchedKStream``, to add more branches and end with ``default_branch``
+            or ``no_default_branch``, which return the branches by name.
+        """
         child = self._child(branched, str(len(self._branches) + 1))
         self._branches.append((predicate, child))
         return self

@@ -70,6 +70,8 @@ class KTable:
 
     @property
     def queryable_store_name(self) -> str | None:
+        """The name of the store that holds this table, for interactive queries and
+        ``TopologyTestDriver.get_key_value_store``; None when the table is not materialized."""
         return self.store_name
 
     def _derive(
@@ -131,6 +133,19 @@ class KTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
+        """Rows for which ``predicate(key, value)`` does not hold: the opposite of :meth:`filter`.
+
+        ```python
+        active = users.filter_not(lambda user_id, user: user["deleted"])
+        ```
+
+        :param predicate: ``predicate(key, value) -> bool``; a row for which it holds is deleted
+            downstream (a tombstone), so a row that starts to match disappears from the result.
+        :param named: name of the filter's processor.
+        :param materialized: materialize the result in a store of this name (queryable); by default
+            it is computed from the parent's store when read.
+        :returns: the filtered table.
+        """
         return self._filter(predicate, True, named, materialized)
 
     def _filter(
@@ -160,7 +175,15 @@ class KTable:
         *,
         with_key: bool = False,
     ) -> KTable:
-        """``mapper(value)`` (or ``mapper(key, value)``) applied to new and old values alike."""
+        """Replace each row's value; ``mapper`` sees new and old values alike.
+        :param mapper: ``mapper(value) -> new_value``, or ``mapper(key, value)`` with
+            ``with_key=True``; it should be a pure function, since old values are mapped again.
+        :param named: name of the processor.
+        :param materialized: materialize the result in a store of this name (queryable); by default
+            it is computed from the parent's store when read.
+        :param with_key: pass the key to ``mapper`` too.
+        :returns: the mapped table.
+        """
 
         def apply(key: Any, value: Any) -> Any:
             return mapper(key, value) if with_key else mapper(value)
@@ -186,6 +209,20 @@ class KTable:
 
         With ``foreign_key_extractor(left_value)``, each left row joins the right row whose key
         is its foreign key (tables need not be co-partitioned).
+
+        ```python
+        orders.join(customers, lambda order, customer: {**order, "name": customer["name"]},
+                    foreign_key_extractor=lambda order: order["customer_id"])
+        ```
+
+        :param other: the other table (co-partitioned, unless joined by foreign key).
+        :param joiner: ``joiner(value, other_value) -> result``, or
+            ``joiner(key, value, other_value)`` with ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param foreign_key_extractor: ``foreign_key_extractor(value) -> other table's key``.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table, keyed as this table.
         """
         return self._join(
             other, joiner, INNER, named, materialized, foreign_key_extractor, with_key
@@ -201,7 +238,17 @@ class KTable:
         foreign_key_extractor: Callable[[Any], Any] | None = None,
         with_key: bool = False,
     ) -> KTable:
-        """Every left row, with the right row or ``None``: ``joiner(left, right_or_None)``."""
+        """Every row of this table, with the other table's row for its key or ``None``.
+        :param other: the other table (co-partitioned, unless joined by foreign key).
+        :param joiner: ``joiner(value, other_value_or_None) -> result``, or
+            ``joiner(key, value, other_value_or_None)`` with ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param foreign_key_extractor: ``foreign_key_extractor(value) -> other table's key``: join
+            each row with the other table's row of that key.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table, revised as either side changes.
+        """
         return self._join(other, joiner, LEFT, named, materialized, foreign_key_extractor, with_key)
 
     def outer_join(
@@ -213,7 +260,15 @@ class KTable:
         *,
         with_key: bool = False,
     ) -> KTable:
-        """Rows of either table; the missing side is ``None``."""
+        """Rows of either table, the missing side ``None``; revised as either side changes.
+        :param other: the other table (co-partitioned).
+        :param joiner: ``joiner(value_or_None, other_value_or_None) -> result``, or with the key
+            first when ``with_key=True``.
+        :param named: name of the join's processors.
+        :param materialized: the result's store name, serdes and caching.
+        :param with_key: pass the key to ``joiner`` first.
+        :returns: the joined table.
+        """
         return self._join(other, joiner, OUTER, named, materialized, None, with_key)
 
     def _join(
@@ -298,7 +353,16 @@ class KTable:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> KGroupedTable:
-        """Regroup rows by ``selector(key, value)`` → ``(new key, new value)``; always repartitions."""
+        """Regroup the table's rows by a new key, for ``count``, ``reduce`` or ``aggregate``.
+
+        :param selector: ``selector(key, value) -> (new_key, new_value)`` (a tuple or a
+            :class:`~fluvial.KeyValue`); a None key or value leaves the row out of every group.
+        :param grouped: the repartition topic's name and serdes (:class:`~fluvial.Grouped`).
+        :param key_serde: serde of the new key, when it is not the table's.
+        :param value_serde: serde of the new value, when it is not the table's.
+        :returns: a :class:`KGroupedTable`. It always writes a repartition topic, carrying each
+            change's old and new value so the aggregation can subtract the one and add the other.
+        """
         g = grouped or Grouped()
         self._old_values.enable(True)  # the subtractor needs each row's old value
         name = self._itb.new_processor_name("KTABLE-SELECT-")
@@ -334,6 +398,20 @@ class KGroupedTable:
         self._grouped_name = grouped_name
 
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Count the rows of each new key (of ``group_by``), kept right as rows change.
+
+        A row that moves to another group is subtracted from its old group's count and added to the
+        new one's; a deleted row is subtracted. A group whose count falls to 0 keeps a row of 0.
+
+        ```python
+        users_per_region = users.group_by(lambda user_id, user: (user["region"], user)).count()
+        ```
+
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; counts are 8-byte longs unless
+            its value serde says otherwise.
+        :returns: a table of ``new key -> number of rows``.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-AGGREGATE-", lambda: 0,
@@ -348,7 +426,24 @@ class KGroupedTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``adder(aggregate, value)`` and ``subtractor(aggregate, value)``."""
+        """Combine the rows of each new key into a value of the same type, kept right as rows
+        change: a row's old value is subtracted from its old group, then its new value added.
+
+        ```python
+        (accounts.group_by(lambda account_id, acc: (acc["branch"], acc["balance"]))
+            .reduce(lambda total, balance: total + balance,
+                    lambda total, balance: total - balance))
+        ```
+
+        :param adder: ``adder(aggregate, value) -> new aggregate``, for a row added to the group
+            (a group's first value is its aggregate).
+        :param subtractor: ``subtractor(aggregate, old_value) -> new aggregate``, for a row that
+            left the group (changed, moved to another group, or deleted).
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; the value serde defaults to
+            the grouped values'.
+        :returns: a table of ``new key -> aggregate``.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-REDUCE-", None,
@@ -364,7 +459,29 @@ class KGroupedTable:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``adder(key, value, aggregate)`` / ``subtractor(key, value, aggregate)``."""
+        """Fold the rows of each new key into an aggregate of any type, kept right as rows
+        change: a row's old value is subtracted from its old group, then its new value added.
+
+        ```python
+        (users.group_by(lambda user_id, user: (user["region"], user["age"]))
+            .aggregate(lambda: {"n": 0, "ages": 0},
+                       lambda region, age, agg: {"n": agg["n"] + 1, "ages": agg["ages"] + age},
+                       lambda region, age, agg: {"n": agg["n"] - 1, "ages": agg["ages"] - age},
+                       materialized=Materialized.with_(serdes.string(), serdes.json())))
+        ```
+
+        :param initializer: ``initializer() -> aggregate``, a group's aggregate before its first
+            row.
+        :param adder: ``adder(key, value, aggregate) -> new aggregate`` for a row that joins the
+            group (or its new value): the group's key and the row's value first, the aggregate
+            last, as ``KGroupedStream.aggregate``'s aggregator.
+        :param subtractor: ``subtractor(key, old_value, aggregate) -> new aggregate`` for a row
+            that leaves the group (or its old value), in the same order.
+        :param named: name of the aggregation's processor.
+        :param materialized: the store's name, serdes and caching; give a value serde when the
+            aggregate is not the grouped value type.
+        :returns: a table of ``new key -> aggregate``.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             "KTABLE-AGGREGATE-", initializer, adder, subtractor, named, m, m.value_serde

@@ -140,6 +140,21 @@ class SessionWindowedKStream:
         self._windows = windows
 
     def count(self, named: NamedArg = None, materialized: Materialized | None = None) -> KTable:
+        """Count the records of each key in each session.
+
+        ```python
+        (builder.stream("clicks").group_by_key()
+            .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(30 * 60_000))
+            .count())
+        ```
+
+        :param named: name of the aggregation's processor (a ``str`` or :class:`~fluvial.Named`).
+        :param materialized: the session store's name, serdes, caching and retention (at least
+            inactivity gap + grace); counts are 8-byte longs unless its value serde says otherwise.
+        :returns: a table of ``Windowed(key, session) -> count``, where the session's window spans
+            its first to its last record, both inclusive. A record that bridges two sessions merges
+            them: the table deletes both (tombstones) and emits the merged session's count.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             lambda: 0, lambda k, v, n: n + 1, lambda k, a, b: a + b, named, m,
@@ -152,7 +167,15 @@ class SessionWindowedKStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``reducer(aggregate, value)``; merging sessions reduces their aggregates too."""
+        """Combine the values of each key in each session into one of the same type.
+
+        :param reducer: ``reducer(aggregate, value) -> new aggregate``; a session's first value
+            is its aggregate, and merging sessions calls ``reducer(older, newer)`` on theirs.
+        :param named: name of the aggregation's processor.
+        :param materialized: the session store's name, serdes, caching and retention; the value
+            serde defaults to the stream's.
+        :returns: a table of ``Windowed(key, session) -> aggregate``.
+        """
         m = materialized or Materialized()
         return self._aggregate(
             None, lambda k, v, agg: reducer(agg, v), lambda k, a, b: reducer(a, b), named, m,
@@ -167,7 +190,30 @@ class SessionWindowedKStream:
         named: NamedArg = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``aggregator(key, value, aggregate)``; ``merger(key, agg1, agg2)`` joins sessions."""
+        """Fold the values of each key in each session into an aggregate of any type.
+
+        ```python
+        sessions.aggregate(
+            lambda: 0,
+            lambda key, value, total: total + value,
+            lambda key, left, right: left + right,
+            materialized=Materialized.with_(serdes.string(), serdes.long()),
+        )
+        ```
+
+        :param initializer: ``initializer() -> aggregate``, a new session's aggregate before its
+            first record.
+        :param aggregator: ``aggregator(key, value, aggregate) -> new aggregate``: the record's
+            key and value first, the session's aggregate so far last.
+        :param merger: ``merger(key, merged_so_far, session_aggregate) -> merged``: when a
+            record falls within the gap of existing sessions, they become one session whose
+            aggregate starts from ``initializer()`` and merges each of theirs in turn (oldest
+            first); then the record is added with ``aggregator``.
+        :param named: name of the aggregation's processor.
+        :param materialized: the session store's name, serdes, caching and retention.
+        :returns: a table of ``Windowed(key, session) -> aggregate``; merged sessions are
+            deleted (tombstones) and the merged one emitted.
+        """
         m = materialized or Materialized()
         return self._aggregate(initializer, aggregator, merger, named, m, m.value_serde)
 

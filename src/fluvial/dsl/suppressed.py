@@ -40,9 +40,19 @@ class BufferConfig:
         return BufferConfig(byte_limit=_positive(limit, "max_bytes"))
 
     def with_max_records(self, limit: int) -> BufferConfig:
+        """A copy that also holds at most ``limit`` keys.
+
+        :param limit: the number of buffered keys (positive).
+        :returns: a copy with that limit and the other settings kept.
+        """
         return replace(self, record_limit=_positive(limit, "max_records"))
 
     def with_max_bytes(self, limit: int) -> BufferConfig:
+        """A copy that also holds at most ``limit`` bytes of serialized keys and values.
+
+        :param limit: the byte limit (positive).
+        :returns: a copy with that limit and the other settings kept.
+        """
         return replace(self, byte_limit=_positive(limit, "max_bytes"))
 
     def emit_early_when_full(self) -> BufferConfig:
@@ -55,6 +65,7 @@ class BufferConfig:
 
     @property
     def bounded(self) -> bool:
+        """Whether a record or byte limit is set."""
         return self.record_limit is not None or self.byte_limit is not None
 
 
@@ -92,6 +103,11 @@ class Suppressed:
         )
 
     def with_name(self, name: str) -> Suppressed:
+        """A copy whose suppression processor has this name, and its buffer store ``<name>-store``.
+
+        :param name: the name, instead of a generated one.
+        :returns: a copy with that name.
+        """
         return replace(self, name=name)
 
 
@@ -107,10 +123,24 @@ class EmitStrategy:
 
     @staticmethod
     def on_window_update() -> EmitStrategy:
+        """Emit a revision of a window's result on every record (the default).
+
+        :returns: the strategy, for ``TimeWindowedKStream.emit_strategy``.
+        """
         return EmitStrategy(False)
 
     @staticmethod
     def on_window_close() -> EmitStrategy:
+        """Emit one final result per window, once stream time passes its end plus grace.
+
+        ```python
+        (grouped.windowed_by(TimeWindows.of_size_and_grace(60_000, 5_000))
+            .emit_strategy(EmitStrategy.on_window_close())
+            .count())
+        ```
+
+        :returns: the strategy, for ``TimeWindowedKStream.emit_strategy``.
+        """
         return EmitStrategy(True)
 
 

@@ -98,12 +98,30 @@ class SlidingWindows:
     def of_time_difference_and_grace(
         time_difference_ms: Duration, grace_ms: Duration
     ) -> SlidingWindows:
+        """Sliding windows for records at most ``time_difference_ms`` apart, open to late
+        records for ``grace_ms``.
+
+        ```python
+        grouped.windowed_by(SlidingWindows.of_time_difference_and_grace(10_000, 2_000)).count()
+        ```
+
+        :param time_difference_ms: the largest difference of two timestamps that share a window
+            (int milliseconds or a ``timedelta``).
+        :param grace_ms: how long after a window's end, in stream time, a late record is still
+            added; later ones are dropped and counted.
+        :returns: the windows, for ``KGroupedStream.windowed_by``.
+        """
         return SlidingWindows(
             to_millis(time_difference_ms, "time difference"), to_millis(grace_ms, "grace")
         )
 
     @staticmethod
     def of_time_difference_with_no_grace(time_difference_ms: Duration) -> SlidingWindows:
+        """Sliding windows for records at most ``time_difference_ms`` apart, with no grace period.
+
+        :param time_difference_ms: the largest difference of two timestamps that share a window.
+        :returns: the windows, for ``KGroupedStream.windowed_by``.
+        """
         return SlidingWindows(to_millis(time_difference_ms, "time difference"), 0)
 
     @property
@@ -112,6 +130,11 @@ class SlidingWindows:
         return self.time_difference_ms
 
     def windowed_key_serde(self, inner: Serde[Any]) -> Serde[Any]:
+        """The serde of output keys: the inner key's bytes + 8-byte window start (as time windows).
+
+        :param inner: the serde of the inner key.
+        :returns: a serde of ``Windowed`` keys whose window end is start + time difference.
+        """
         return serdes.time_windowed(inner, self.time_difference_ms)
 
 
@@ -135,10 +158,28 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_and_grace(gap_ms: Duration, grace_ms: Duration) -> SessionWindows:
+        """Sessions that end after ``gap_ms`` without a record, open to late records for
+        ``grace_ms``.
+
+        ```python
+        grouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(30 * 60_000, 60_000)).count()
+        ```
+
+        :param gap_ms: the inactivity gap: records of a key at most this far apart share a session
+            (int milliseconds or a ``timedelta``).
+        :param grace_ms: how long after a session's end, in stream time, a late record may still
+            extend or merge it; later ones are dropped and counted.
+        :returns: the windows, for ``KGroupedStream.windowed_by``.
+        """
         return SessionWindows(to_millis(gap_ms, "inactivity gap"), to_millis(grace_ms, "grace"))
 
     @staticmethod
     def of_inactivity_gap_with_no_grace(gap_ms: Duration) -> SessionWindows:
+        """Sessions that end after ``gap_ms`` without a record, with no grace period.
+
+        :param gap_ms: the inactivity gap: records of a key at most this far apart share a session.
+        :returns: the windows, for ``KGroupedStream.windowed_by``.
+        """
         return SessionWindows(to_millis(gap_ms, "inactivity gap"), 0)
 
     def windowed_key_serde(self, inner: Serde[Any]) -> Serde[Any]:
@@ -171,11 +212,31 @@ class JoinWindows:
     def of_time_difference_and_grace(
         time_difference_ms: Duration, grace_ms: Duration
     ) -> JoinWindows:
+        """Join records whose timestamps differ by at most ``time_difference_ms``, either way.
+
+        ```python
+        clicks.join(views, lambda click, view: {**click, **view},
+                    JoinWindows.of_time_difference_and_grace(5_000, 1_000))
+        ```
+
+        :param time_difference_ms: how far apart (before or after) two records may be and still join
+            (int milliseconds or a ``timedelta``); ``before``/``after`` make it asymmetric.
+        :param grace_ms: how long after the join window closes, in stream time, a late record may
+            still join; left and outer joins emit an unmatched record only then.
+        :returns: the windows, for ``KStream.join``, ``left_join`` and ``outer_join``.
+        """
         diff = to_millis(time_difference_ms, "time difference")
         return JoinWindows(diff, diff, to_millis(grace_ms, "grace"))
 
     @staticmethod
     def of_time_difference_without_grace(time_difference_ms: Duration) -> JoinWindows:
+        """Join records whose timestamps differ by at most ``time_difference_ms``, with no
+        grace period (also named ``of_time_difference_with_no_grace``).
+
+        :param time_difference_ms: how far apart (before or after) two records may be and still
+            join.
+        :returns: the windows, for ``KStream.join``, ``left_join`` and ``outer_join``.
+        """
         diff = to_millis(time_difference_ms, "time difference")
         return JoinWindows(diff, diff, 0)
 
@@ -191,6 +252,7 @@ class JoinWindows:
 
     @property
     def size_ms(self) -> int:
+        """The span of the join window: ``before_ms + after_ms``."""
         return self.before_ms + self.after_ms
 
 

@@ -199,19 +199,25 @@ class LocalKafka:
 
     @property
     def broker_ports(self) -> list[int]:
+        """The client port of each broker: ``port``, ``port + 1``, ... (one per broker)."""
         return [self.port + i for i in range(self.brokers)]
 
     @property
     def bootstrap_servers(self) -> str:
+        """The ``host:port`` of every broker, comma-separated, for
+        ``StreamsConfig.bootstrap_servers``."""
         return ",".join(f"{HOST}:{p}" for p in self.broker_ports)
 
     def broker_dir(self, node_id: int) -> Path:
+        """The data directory of broker ``node_id`` (1-based): its logs and pid file."""
         return self.data_dir / f"broker-{node_id}"
 
     def log_file(self, node_id: int = 1) -> Path:
+        """The ``server.log`` of broker ``node_id`` (1-based)."""
         return self.broker_dir(node_id) / "server.log"
 
     def pid(self, node_id: int) -> int | None:
+        """The process id of broker ``node_id`` (1-based) while it runs; None when it does not."""
         try:
             pid = int((self.broker_dir(node_id) / "broker.pid").read_text())
         except (OSError, ValueError):
@@ -219,12 +225,16 @@ class LocalKafka:
         return pid if _pid_alive(pid) else None
 
     def node_ids(self) -> list[int]:
+        """The brokers' node ids: ``1`` to ``brokers``."""
         return list(range(1, self.brokers + 1))
 
     # -- security -----------------------------------------------------------------------------
 
     @property
     def tls(self) -> security.TlsFiles:
+        """The cluster's TLS files (certificate authority, broker and client certificates), under
+        ``<data_dir>/security``.
+        """
         return security.TlsFiles(self.data_dir / "security")
 
     @property
@@ -333,9 +343,13 @@ class LocalKafka:
         self._wait_ready(lambda _m: None)
 
     def is_running(self) -> bool:
+        """Whether every broker's process is alive and the cluster answers clients."""
         return all(self.pid(n) is not None for n in self.node_ids()) and self._serving()
 
     def status(self) -> dict[str, object]:
+        """What ``fluvial kafka status --json`` prints: data directory, bootstrap servers, Kafka
+        version, each broker's pid and port, and whether the cluster serves clients.
+        """
         nodes = {
             node_id: {"pid": self.pid(node_id), "port": self.broker_ports[node_id - 1]}
             for node_id in self.node_ids()
@@ -355,6 +369,7 @@ class LocalKafka:
         }
 
     def tail_log(self, node_id: int = 1, lines: int = 40) -> str:
+        """The last ``lines`` lines of broker ``node_id``'s log (and of its stdout), for errors."""
         path = self.log_file(node_id)
         stdout = self.broker_dir(node_id) / "stdout.log"
         text = ""

@@ -52,4 +52,6 @@ class RecordCollector(Protocol):
         timestamp_ms: int,
         headers: Headers,
         partition: int | None,
-    ) -> None: ...
+    ) -> None:
+        """Produce one record (bytes already serialized); ``partition`` None lets the producer's
+        partitioner choose."""

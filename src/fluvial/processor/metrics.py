@@ -35,6 +35,7 @@ class TaskMetrics:
         self._live: dict[str, list[Callable[[], int]]] = {}
 
     def increment(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` (default 1) to the counter ``name``."""
         self._counts[name] += amount
 
     def register(self, name: str, read: Callable[[], int]) -> None:
@@ -42,9 +43,11 @@ class TaskMetrics:
         self._live.setdefault(name, []).append(read)
 
     def get(self, name: str) -> int:
+        """The counter ``name``'s value (0 if never counted)."""
         return self._counts.get(name, 0) + sum(read() for read in self._live.get(name, ()))
 
     def as_dict(self) -> dict[str, int]:
+        """Every counter by name, as a plain dict."""
         counts = dict(self._counts)
         for name, reads in self._live.items():
             live = sum(read() for read in reads)

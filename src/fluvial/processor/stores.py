@@ -219,15 +219,29 @@ class StoreBuilder:
 
     @property
     def name(self) -> str:
+        """The store's name: what processors pass to ``context.get_state_store``."""
         return str(self._fields["name"])
 
     def with_caching_enabled(self) -> StoreBuilder:
+        """Coalesce a key's writes in the record cache until the next commit (user stores start
+        without).
+
+        :returns: a new builder with caching on and every other setting kept.
+        """
         return StoreBuilder(**{**self._fields, "caching_enabled": True})
 
     def with_caching_disabled(self) -> StoreBuilder:
+        """Every write reaches the store and its changelog at once (the default for user stores).
+
+        :returns: a new builder with caching off and every other setting kept.
+        """
         return StoreBuilder(**{**self._fields, "caching_enabled": False})
 
     def with_logging_enabled(self) -> StoreBuilder:
+        """Back the store with a changelog topic, from which it is restored (the default).
+
+        :returns: a new builder with changelogging on and every other setting kept.
+        """
         return StoreBuilder(**{**self._fields, "logging_enabled": True})
 
     def with_logging_disabled(self) -> StoreBuilder:
@@ -235,6 +249,10 @@ class StoreBuilder:
         return StoreBuilder(**{**self._fields, "logging_enabled": False})
 
     def build_spec(self) -> StoreSpec:
+        """The store's description as the topology records it (used by ``add_state_store``).
+
+        :returns: the store's spec: name, kind, serdes, backend, caching, changelogging, retention.
+        """
         return StoreSpec(**self._fields)
 
 

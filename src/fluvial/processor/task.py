@@ -436,6 +436,7 @@ class StreamTask:
             self._at_end.add((topic, partition))
 
     def buffered_records(self) -> int:
+        """How many fetched records wait in the task's partition queues, not yet processed."""
         return sum(len(q) for q in self._queues.values())
 
     def has_ready_records(self) -> bool:
@@ -719,6 +720,16 @@ class StreamTask:
     def schedule(
         self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
     ) -> Cancellable:
+        """Register a punctuator of the processor ``node_name`` (what
+        ``ProcessorContext.schedule`` calls).
+
+        :param node_name: the processor the punctuator runs as (its forwards go to its children).
+        :param interval_ms: the interval, in milliseconds.
+        :param type_: stream-time punctuators fire on the grid of multiples of the interval as
+            stream time reaches it; wall-clock ones first one interval from now.
+        :param callback: ``callback(time_ms)``.
+        :returns: a handle whose ``cancel()`` stops it.
+        """
         if type_ is PunctuationType.STREAM_TIME:
             # Aligned to 0: fires as soon as there is stream time, then on the interval grid.
             return self._stream_punctuations.add(0, interval_ms, type_, callback, node_name)

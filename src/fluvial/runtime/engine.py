@@ -113,6 +113,19 @@ class Application:
         self.task_board: TaskBoard | None = None
 
     def start(self) -> None:
+        """Check and create what the application needs, then start its workers and return.
+
+        Before anything runs it checks what earlier runs committed against this topology,
+        creates or checks the internal topics, plans the tasks and, under exactly-once, fences
+        earlier instances. The workers then run in background threads until :meth:`close`.
+
+        ```python
+        with Application(topology, config) as app:   # starts; closing commits and stops
+            app.wait(timeout_s=60)
+        ```
+
+        :raises StreamsError: (or a subclass) naming what is wrong and the fix.
+        """
         check_commit_metadata(self.topology, self.config)
         # A new version that would drop committed state stops here, before anything is made.
         plan = ensure_internal_topics(self.topology, self.config, self.deployment)
@@ -267,6 +280,7 @@ class Application:
 
     @property
     def running(self) -> bool:
+        """Whether some worker is still running."""
         return any(t.is_alive() for t in self._threads)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -288,14 +302,18 @@ class Application:
             self.epoch.close()
 
     def raise_if_failed(self) -> None:
+        """Raise the first error a worker stopped with, as a
+        :class:`~fluvial.errors.StreamsError`; return if none did."""
         if self.errors:
             error = self.errors[0]
             raise error if isinstance(error, StreamsError) else StreamsError(str(error))
 
     def metrics(self) -> list[WorkerMetrics]:
+        """The counters of each worker slot, one :class:`WorkerMetrics` per slot."""
         return [w.metrics for w in self.workers]
 
     def prometheus_metrics(self) -> str:
+        """The workers' metrics in Prometheus' text format (what ``--prometheus-port`` serves)."""
         return prometheus_text(self.config.application_id, self.metrics())
 
     # -- interactive queries ---------------------------------------------------------------

@@ -47,12 +47,14 @@ class WorkerMetrics:
     task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def record_commit(self, seconds: float) -> None:
+        """Count one commit that took ``seconds``."""
         self.commits += 1
         self.commit_latency_total_s += seconds
         self.commit_latency_max_s = max(self.commit_latency_max_s, seconds)
 
     @property
     def commit_latency_avg_s(self) -> float:
+        """Mean commit duration in seconds (0.0 before the first commit)."""
         return self.commit_latency_total_s / self.commits if self.commits else 0.0
 
 

@@ -71,9 +71,13 @@ class SinkProgress:
 
     @property
     def seconds(self) -> float:
+        """Seconds since the sink started."""
         return time.monotonic() - self.started
 
     def line(self) -> str:
+        """The one-line status of the sink: records read and their rate, rows written and deleted,
+        batches, dead letters, lag and epoch.
+        """
         rate = self.records_read / self.seconds if self.seconds > 0 else 0.0
         text = (
             f"records {self.records_read:,} ({rate:,.0f}/s)  rows {self.rows_written:,}  "
@@ -210,6 +214,7 @@ class PostgresSink:
         return f"fluvial-sink-{self.sink_id}"
 
     def describe(self) -> str:
+        """One line saying what the sink copies where: its topics, table, mode and ``sink_id``."""
         return (
             f"{'+'.join(self.topics)} -> PostgreSQL table {self.table} ({self.mode}, "
             f"sink_id {self.sink_id})"
@@ -222,6 +227,7 @@ class PostgresSink:
         self._stop.set()
 
     def progress(self) -> SinkProgress:
+        """A snapshot of the sink's counters so far (safe to call from another thread)."""
         with self._lock:
             return replace(self._progress, committed=dict(self._progress.committed))
 

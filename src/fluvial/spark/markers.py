@@ -32,6 +32,7 @@ class BatchMarker:
     records: int
 
     def encode(self) -> bytes:
+        """The marker as the bytes written to the marker topic (compact JSON)."""
         return json.dumps(
             {"batch": self.batch_id, "partitions": self.partitions, "records": self.records},
             separators=(",", ":"),
@@ -39,6 +40,11 @@ class BatchMarker:
 
     @classmethod
     def decode(cls, data: bytes) -> BatchMarker:
+        """Read a marker from the bytes :meth:`encode` wrote.
+
+        :param data: a marker record's value.
+        :returns: the marker.
+        """
         doc = json.loads(data)
         return cls(int(doc["batch"]), int(doc["partitions"]), int(doc["records"]))
 

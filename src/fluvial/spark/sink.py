@@ -163,6 +163,9 @@ class KafkaSink:
 
     @property
     def marker_topic(self) -> str:
+        """The topic where each writer commits its batch markers (``<sink_id>-sink-batches``), in
+        the same transaction as the batch's records.
+        """
         return self._spec.marker_topic
 
     # -- schema ------------------------------------------------------------------------------

@@ -114,6 +114,11 @@ class TopologyTestDriver:
         headers: Headers,
         partition: int | None,
     ) -> None:
+        """Where the driver's tasks produce (the driver is their record collector).
+
+        Output records wait for ``create_output_topic`` readers; records of a topic the topology
+        reads again (a repartition topic) are processed at once; changelog records are kept apart.
+        """
         self._sent += 1
         offset = self._next_offset(topic)
         raw: RawRecord = Record(key, value, timestamp_ms, headers, topic, 0, offset)
@@ -142,6 +147,21 @@ class TopologyTestDriver:
         start_timestamp_ms: int = 0,
         auto_advance_ms: int = 0,
     ) -> TestInputTopic:
+        """A topic to pipe records into; each piped record is processed to completion at once.
+
+        ```python
+        inp = driver.create_input_topic("pageview-events", serdes.string(), serdes.json())
+        inp.pipe_input("k1", {"period": 40000, "category": "news"}, timestamp_ms=11)
+        ```
+
+        :param name: a topic the topology reads.
+        :param key_serde: serializes the keys you pipe.
+        :param value_serde: serializes the values you pipe.
+        :param start_timestamp_ms: the topic's clock: the timestamp of records piped without one.
+        :param auto_advance_ms: how far that clock moves after each such record.
+        :returns: a :class:`TestInputTopic`.
+        :raises ValueError: if the topology does not read ``name``.
+        """
         if name not in self._task_by_topic:
             raise ValueError(
                 f"the topology does not read topic {name!r}; it reads {sorted(self._task_by_topic)}"
@@ -153,6 +173,13 @@ class TopologyTestDriver:
     def create_output_topic(
         self, name: str, key_serde: Serde[Any], value_serde: Serde[Any]
     ) -> TestOutputTopic:
+        """A reader of what the topology wrote to a topic, in write order.
+
+        :param name: the topic.
+        :param key_serde: deserializes the keys.
+        :param value_serde: deserializes the values.
+        :returns: a :class:`TestOutputTopic`; records written before it was made can be read too.
+        """
         return TestOutputTopic(
             self._outputs.setdefault(name, deque()), name, key_serde, value_serde
         )
@@ -245,6 +272,13 @@ class TopologyTestDriver:
     get_timestamped_key_value_store = get_key_value_store
 
     def get_window_store(self, name: str) -> ReadOnlyWindowStore:
+        """A window store, for reading only, with ``Windowed`` keys and deserialized values.
+
+        :param name: the store's name (``Materialized.as_``, or generated: see
+            ``topology.describe()``).
+        :returns: a :class:`ReadOnlyWindowStore`.
+        :raises TypeError: if the store is not a window store.
+        """
         spec, store, _ = self._find_store(name)
         if not isinstance(store, WindowStore):
             raise TypeError(f"store {name!r} is not a window store: use get_key_value_store")

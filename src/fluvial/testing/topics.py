@@ -66,6 +66,12 @@ class TestInputTopic:
         )
 
     def pipe_value(self, value: Any, timestamp_ms: int | None = None) -> None:
+        """Send one record with a None key and process it to completion.
+
+        :param value: the value, serialized with the topic's value serde.
+        :param timestamp_ms: the record's timestamp; by default the topic's clock, which then moves
+            on by ``auto_advance_ms``.
+        """
         self.pipe_input(None, value, timestamp_ms)
 
     def pipe_key_value_list(
@@ -78,6 +84,10 @@ class TestInputTopic:
             self.pipe_input(key, value, ts)
 
     def pipe_value_list(self, values: Iterable[Any]) -> None:
+        """Send records with None keys, in order, each with the topic's clock as its timestamp.
+
+        :param values: the values.
+        """
         for value in values:
             self.pipe_input(None, value)
 
@@ -116,21 +126,38 @@ class TestOutputTopic:
         )
 
     def read_record(self) -> Record[Any, Any]:
+        """Read the next record, with key, value, ``timestamp_ms`` and headers.
+
+        :returns: the oldest unread record (reading consumes it).
+        :raises LookupError: if no record is left.
+        """
         if not self._queue:
             raise LookupError(f"no record left in output topic {self.name!r}")
         return self._decode(self._queue.popleft())
 
     def read_records(self) -> list[Record[Any, Any]]:
+        """Read every unread record, in emission order.
+
+        :returns: the records (empty if none is left).
+        """
         out = []
         while self._queue:
             out.append(self.read_record())
         return out
 
     def read_key_value(self) -> tuple[Any, Any]:
+        """Read the next record as ``(key, value)``.
+
+        :raises LookupError: if no record is left.
+        """
         record = self.read_record()
         return record.key, record.value
 
     def read_value(self) -> Any:
+        """Read the next record's value.
+
+        :raises LookupError: if no record is left.
+        """
         return self.read_record().value
 
     def read_key_values(self) -> list[tuple[Any, Any]]:
@@ -138,6 +165,7 @@ class TestOutputTopic:
         return [(r.key, r.value) for r in self.read_records()]
 
     def read_values(self) -> list[Any]:
+        """Read every unread record's value, in emission order."""
         return [r.value for r in self.read_records()]
 
     def read_key_values_to_map(self) -> dict[Any, Any]:
@@ -151,7 +179,9 @@ class TestOutputTopic:
         return table
 
     def queue_size(self) -> int:
+        """How many records are written and not yet read."""
         return len(self._queue)
 
     def is_empty(self) -> bool:
+        """Whether every record written has been read."""
         return not self._queue

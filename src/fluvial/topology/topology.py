@@ -169,6 +169,7 @@ class Topology:
     # -- metadata for the runtime -----------------------------------------------------------
     @property
     def subtopology_count(self) -> int:
+        """How many sub-topologies the topology has (each runs as one task per partition)."""
         return len(self._groups)
 
     def subtopologies(self, application_id: str) -> list[Subtopology]:
@@ -176,6 +177,12 @@ class Topology:
         return [self.subtopology(i, application_id) for i in range(len(self._groups))]
 
     def subtopology(self, subtopology_id: int, application_id: str) -> Subtopology:
+        """One sub-topology with its topic names bound to an application.
+
+        :param subtopology_id: its number, as ``describe()`` shows it (``Sub-topology: 0``).
+        :param application_id: the application whose internal topic names it uses.
+        :returns: the sub-topology: its nodes, source and sink topics, and stores.
+        """
         return self._bind(subtopology_id, self._groups[subtopology_id], application_id)
 
     def global_subtopology(self, application_id: str) -> Subtopology | None:
