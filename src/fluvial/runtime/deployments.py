@@ -82,6 +82,8 @@ class DeploymentPolicy:
     upgrade: bool = False
 
     def allows(self, resource: Resource, application_id: str) -> bool:
+        """Whether the user named ``resource`` (by its name, or its topic with or without the
+        application id) as one whose loss is intended."""
         names = {resource.name, resource.topic, f"{application_id}-{resource.topic}"}
         return bool(names & self.allow_state_loss)
 
