@@ -57,6 +57,10 @@ class NodeHost(Protocol):
 
     def store_for_processor(self, name: str) -> Any: ...
 
+    def sources_reaching(self, node_name: str) -> frozenset[str]: ...
+
+    def earliest_time(self, topics: frozenset[str]) -> int | None: ...
+
     def schedule(
         self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
     ) -> Cancellable: ...
@@ -175,6 +179,15 @@ class NodeContext:
             return None
         writer = getattr(after[0].processor, "windowed_writer", None)
         return None if writer is None else writer(key_serde)
+
+    def sources_reaching(self, node_name: str) -> frozenset[str]:
+        """For built-in operators: the task's source topics whose records reach ``node_name``."""
+        return self._task.sources_reaching(node_name)
+
+    def earliest_time(self, topics: frozenset[str]) -> int | None:
+        """For built-in operators: the earliest timestamp the task processed from ``topics``,
+        or else the earliest of their records waiting in the task (``None``: none known)."""
+        return self._task.earliest_time(topics)
 
     def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:

@@ -181,6 +181,12 @@ class StreamTask:
                     if extractor is not None:
                         self._extractors[resolved] = extractor
         self._partition_time: dict[TopicPartition, int] = {}
+        # Per source topic, [newest, earliest] timestamp processed (-1: none yet), updated in
+        # the task loop only when a bound moves. Catch-up progress on a repartition topic
+        # reads the newest of the topics that can reach it (input_time); a stream-table join
+        # reads the earliest of its table's (earliest_time).
+        self._topic_times: dict[str, list[int]] = {topic: [-1, -1] for topic in self._sources}
+        self._reaching: dict[str, frozenset[str]] = {}
         # What is processed now, as consumed: the dead letter of a processing error.
         self._current_raw: ConsumedRecord | ExtractedRecord | None = None
         self._flushing = False
@@ -293,7 +299,7 @@ class StreamTask:
         # Per source topic: its serdes and the step its records enter the graph with.
         self._entries = {
             topic: (source.key_serde, self._value_serde(topic, source), steps[source.name],
-                    topic in self._extractors)
+                    topic in self._extractors, self._topic_times[topic])
             for topic, source in self._sources.items()
         }  # fmt: skip
         self._initialized = True
@@ -430,6 +436,33 @@ class StreamTask:
         self._partition_time[tp] = partition_time
         return out
 
+    # -- time per input ---------------------------------------------------------------------
+    def sources_reaching(self, node_name: str) -> frozenset[str]:
+        """Source topics whose records can flow to node ``node_name`` (see
+        :meth:`~fluvial.topology.topology.Subtopology.sources_reaching`)."""
+        found = self._reaching.get(node_name)
+        if found is None:
+            found = self._reaching[node_name] = self.subtopology.sources_reaching(node_name)
+        return found
+
+    def input_time(self, topics: Iterable[str]) -> int:
+        """The newest timestamp processed from ``topics`` (-1: none): unlike :attr:`stream_time`,
+        it leaves out inputs that cannot produce what the caller asks about, such as a
+        stream-table join's table side."""
+        times = self._topic_times
+        return max((times[t][0] for t in topics if t in times), default=-1)
+
+    def earliest_time(self, topics: Iterable[str]) -> int | None:
+        """The earliest timestamp processed from ``topics``; while none was, the earliest head
+        of their partitions' records waiting here (a backlog processes older stream records
+        before newer table rows). ``None``: nothing known yet."""
+        topics = [t for t in topics if t in self._topic_times]
+        processed = [self._topic_times[t][1] for t in topics if self._topic_times[t][1] >= 0]
+        if processed:
+            return min(processed)
+        heads = [q[0].timestamp_ms for (t, _p), q in self._queues.items() if t in topics and q]
+        return min(heads, default=None)
+
     def reached_end(self, topic: str, partition: int) -> None:
         """The consumer has fetched everything the partition holds (until records come)."""
         if (topic, partition) in self._queues:
@@ -512,7 +545,7 @@ class StreamTask:
                 raw = queue.popleft()
                 taken += 1
                 timestamp = raw.timestamp_ms
-                key_serde, value_serde, entry, extracted = entries[topic]
+                key_serde, value_serde, entry, extracted, times = entries[topic]
                 if extracted:
                     # Deserialized and timed when added (see _extract).
                     failure = raw.error  # type: ignore[union-attr]
@@ -540,6 +573,12 @@ class StreamTask:
                     # Stream time moves before processing, so the record's own windows see it.
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
+                    if timestamp > times[0]:
+                        if times[0] < 0:
+                            times[1] = timestamp  # the topic's first record
+                        times[0] = timestamp
+                    elif timestamp < times[1]:
+                        times[1] = timestamp
                     offset = raw.offset
                     self.current_offset = offset
                     self._current_raw = raw
