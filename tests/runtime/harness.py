@@ -262,9 +262,13 @@ def flush(producer: Producer, timeout_s: float = 300) -> None:
 
 
 def scrape(port: int) -> dict[str, float]:
-    """The application's Prometheus metrics, each summed over its labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
+    """The application's Prometheus metrics, each summed over its labels; empty while it is
+    not serving."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

@@ -153,12 +153,31 @@ class RepartitionProgress:
                 if state[1]:
                     log.debug("task %s has read all of its input to %s (at %d)",
                               task.task_id, topic, state[0])  # fmt: skip
-                headers = [
-                    (PROGRESS_HEADER, encode_progress(*state)),
-                    (WRITER_HEADER, writer_id(task.task_id).encode()),
-                ]
-                for p in range(self.partitions.get(topic, 0)):
-                    collector.send(topic, None, None, max(state[0], 0), list(headers), p)
-                self._sent[(task.task_id, topic)] = state
+                self._send(task, topic, state, collector)
                 sent = True
         return sent
+
+    def stopping(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> None:
+        """Before the last commit of a worker that stops: its tasks say they have not read all
+        of their input, whatever they said before.
+
+        Input goes on arriving while a worker is stopped (between two Spark leases, say). A
+        downstream task that took this writer as idle would, once restarted, release the other
+        writers' records while this one is still starting, and this writer's records, as old,
+        would then come late. So it waits for this writer's next progress: every restarted
+        worker sends its tasks' progress in its first round.
+        """
+        for task in tasks:
+            for topic, feeds in self._written.get(task.task_id.subtopology, ()):
+                self._send(task, topic, (task.input_time(feeds), False), collector)
+
+    def _send(
+        self, task: StreamTask, topic: str, state: tuple[int, bool], collector: RecordCollector
+    ) -> None:
+        headers = [
+            (PROGRESS_HEADER, encode_progress(*state)),
+            (WRITER_HEADER, writer_id(task.task_id).encode()),
+        ]
+        for p in range(self.partitions.get(topic, 0)):
+            collector.send(topic, None, None, max(state[0], 0), list(headers), p)
+        self._sent[(task.task_id, topic)] = state

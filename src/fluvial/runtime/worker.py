@@ -300,6 +300,10 @@ class Worker:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
         try:
             if clean and self._producer is not None:
+                if self._progress is not None and self._collector is not None:
+                    # Committed with the last offsets: no downstream task takes this worker's
+                    # tasks as idle while they are stopped (see RepartitionProgress.stopping).
+                    self._progress.stopping(self.tasks.values(), self._collector)
                 self.commit(force=True)
                 self._purge.purge(self._committed, self._repartition_topics)
         finally:

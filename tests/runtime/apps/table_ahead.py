@@ -19,7 +19,7 @@ OUT = os.environ.get("FLUVIAL_TEST_OUTPUT", "out")
 # The join's warning and every record an operator drops reach the run's log.
 _handler = logging.StreamHandler(sys.stderr)
 _handler.setFormatter(logging.Formatter("%(threadName)s %(name)s: %(message)s"))
-for _name in ("fluvial.dsl",):
+for _name in ("fluvial.dsl", "fluvial.processor.completeness", "fluvial.runtime.progress"):
     logging.getLogger(_name).setLevel(logging.DEBUG)
     logging.getLogger(_name).addHandler(_handler)
 
