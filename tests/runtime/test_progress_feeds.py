@@ -1,5 +1,6 @@
-"""The progress an upstream task advertises on a repartition topic counts only the inputs that
-can reach that topic (docs/semantics.md, "Tables and event time").
+"""The progress an upstream task advertises on a repartition topic, and the time a windowed
+operator resumes from, count only the inputs that can reach them (docs/semantics.md, "Tables
+and event time").
 
 A table stamped with the wall clock while its stream carries event times 20 minutes old must
 not say, on the stream's repartition topic, that the task has reached "now": downstream
@@ -9,7 +10,9 @@ is the one the runtime sends (runtime/progress.py, ``writer_progress``).
 
 from __future__ import annotations
 
-from fluvial import JoinWindows, KeyValue, StreamsBuilder, TimeWindows, serdes
+from fluvial import JoinWindows, KeyValue, StreamsBuilder, StreamsConfig, TimeWindows, serdes
+from fluvial.processor.collector import ConsumedRecord
+from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.progress import writer_progress
 from fluvial.testing import TopologyTestDriver
@@ -89,3 +92,57 @@ def test_both_sides_of_a_stream_stream_join_count() -> None:
         task, feeds = upstream(driver)
         assert feeds == {"left", "right"}
         assert writer_progress(task, feeds, set()) == (NOW, False)
+
+
+class _Collected:
+    """A collector that keeps what the task sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, *args: object) -> None:
+        self.sent.append(args)
+
+
+def resumed_join_then_window(*, resume_inputs: bool) -> tuple[StreamTask, _Collected]:
+    """A stream-table join and a windowed count in one task, resumed from a commit made when
+    the table had reached NOW and the readings OLD."""
+    builder = StreamsBuilder()
+    sensors = builder.table("sensors", key_serde=S, value_serde=J)
+    (builder.stream("readings", key_serde=S, value_serde=J)
+        .join(sensors, lambda r, s: r)
+        .group_by_key(key_serde=S, value_serde=J)
+        .windowed_by(TimeWindows.of_size_and_grace(size_ms=60_000, grace_ms=30_000))
+        .count()
+        .to_stream()
+        .to("counts", key_serde=serdes.time_windowed(S, 60_000), value_serde=serdes.long()))  # fmt: skip
+    [sub] = builder.build().subtopologies("app")
+    collected = _Collected()
+    task = StreamTask(
+        (0, 0), sub, StreamsConfig(application_id="app", cache_max_bytes=0), None, collected
+    )
+    resumed = {"readings": OLD, "sensors": NOW}
+    task.resume_stream_time(NOW, tuple(resumed[t] for t in sub.source_topics) if resume_inputs
+                            else ())  # fmt: skip
+    task.initialize()
+    task.add_records("sensors", 0, [ConsumedRecord(b"s1", b'{"site": "a"}', NOW - 1, 0)])
+    task.process_batch(10)
+    task.add_records("readings", 0, [ConsumedRecord(b"s1", b'{"v": 1}', OLD + 1_000, 0)])
+    task.process_batch(10)
+    return task, collected
+
+
+def test_a_windowed_count_beside_a_joined_table_resumes_from_its_streams_time() -> None:
+    """After a restart, the count starts from the readings' time, not the table's: a reading
+    just after the commit is in its window, not dropped as 20 minutes late."""
+    task, collected = resumed_join_then_window(resume_inputs=True)
+    newest = dict(zip(task.subtopology.source_topics, task.input_times(), strict=True))
+    assert newest == {"readings": OLD + 1_000, "sensors": NOW}
+    assert task.metrics.get(DROPPED_RECORDS) == 0
+    assert [args[0] for args in collected.sent if args[0] == "counts"] == ["counts"]
+
+
+def test_a_commit_without_input_times_resumes_from_the_tasks_stream_time() -> None:
+    """Commits of an earlier fluvial say only the task's stream time: the count starts there."""
+    task, _collected = resumed_join_then_window(resume_inputs=False)
+    assert task.metrics.get(DROPPED_RECORDS) == 1

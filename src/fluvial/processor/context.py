@@ -59,6 +59,8 @@ class NodeHost(Protocol):
 
     def sources_reaching(self, node_name: str) -> frozenset[str]: ...
 
+    def stream_time_into(self, node_name: str) -> int: ...
+
     def earliest_time(self, topics: frozenset[str]) -> int | None: ...
 
     def schedule(
@@ -179,6 +181,11 @@ class NodeContext:
             return None
         writer = getattr(after[0].processor, "windowed_writer", None)
         return None if writer is None else writer(key_serde)
+
+    def input_stream_time_ms(self) -> int:
+        """For built-in operators: the stream time of the task's inputs whose records reach
+        this node (a joined table's input does not), where a windowed operator resumes."""
+        return self._task.stream_time_into(self._node.name)
 
     def sources_reaching(self, node_name: str) -> frozenset[str]:
         """For built-in operators: the task's source topics whose records reach ``node_name``."""

@@ -187,6 +187,8 @@ class StreamTask:
         # reads the earliest of its table's (earliest_time).
         self._topic_times: dict[str, list[int]] = {topic: [-1, -1] for topic in self._sources}
         self._reaching: dict[str, frozenset[str]] = {}
+        # Resumed from a commit that gave no per-topic times: operators start from stream time.
+        self._input_times_unknown = False
         # What is processed now, as consumed: the dead letter of a processing error.
         self._current_raw: ConsumedRecord | ExtractedRecord | None = None
         self._flushing = False
@@ -245,8 +247,9 @@ class StreamTask:
         self.open_stores()
         self.stores[store_name].restore(records)
 
-    def resume_stream_time(self, stream_time_ms: int) -> None:
-        """Set the stream time a previous run committed (e.g. kept in offset metadata).
+    def resume_stream_time(self, stream_time_ms: int, input_times: Sequence[int] = ()) -> None:
+        """Set the stream time a previous run committed (e.g. kept in offset metadata), and
+        the newest time of each source topic (:meth:`input_times`), if it said.
 
         Call before :meth:`initialize`, so that operators which act on closed windows know
         what was already final before the restart.
@@ -254,6 +257,31 @@ class StreamTask:
         if self._initialized:
             raise StreamsError("resume_stream_time() must come before initialize()")
         self.stream_time = max(self.stream_time, stream_time_ms)
+        topics = self.subtopology.source_topics
+        if len(input_times) == len(topics) > 1:
+            for topic, newest in zip(topics, input_times, strict=True):
+                times = self._topic_times.get(topic)
+                if times is not None and newest > times[0]:
+                    times[0] = newest
+        elif len(topics) > 1 and stream_time_ms >= 0:
+            self._input_times_unknown = True
+
+    def input_times(self) -> tuple[int, ...]:
+        """The newest timestamp processed from each source topic, in the sub-topology's order,
+        when there are several (with one, it is the stream time)."""
+        topics = self.subtopology.source_topics
+        if len(topics) < 2:
+            return ()
+        return tuple(self._topic_times[t][0] if t in self._topic_times else -1 for t in topics)
+
+    def stream_time_into(self, node_name: str) -> int:
+        """The stream time of the inputs whose records reach ``node_name``: where an operator
+        that closes windows starts after a restart. A joined table's input, which reaches the
+        join only through its store, never moves it."""
+        reaching = self.sources_reaching(node_name)
+        if self._input_times_unknown or reaching >= self._topic_times.keys():
+            return self.stream_time
+        return self.input_time(reaching)
 
     def changelog_partitions(self) -> dict[str, TopicPartition]:
         """Store name -> (changelog topic, partition) for stores with a changelog."""

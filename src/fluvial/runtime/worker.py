@@ -622,7 +622,8 @@ class Worker:
             if tp in self._horizons
         }
         writers = task.writer_states()
-        return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence)
+        return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence,
+                              task.input_times())  # fmt: skip
 
     # -- metrics ----------------------------------------------------------------------------
 
