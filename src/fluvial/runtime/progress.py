@@ -157,19 +157,23 @@ class RepartitionProgress:
                 sent = True
         return sent
 
-    def stopping(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> None:
-        """Before the last commit of a worker that stops: its tasks say they have not read all
-        of their input, whatever they said before.
+    def stopping(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
+        """Before the last commit of a worker that stops or pauses (between two Spark leases):
+        its tasks say they have not read all of their input, whatever they said before.
 
-        Input goes on arriving while a worker is stopped (between two Spark leases, say). A
-        downstream task that took this writer as idle would, once restarted, release the other
-        writers' records while this one is still starting, and this writer's records, as old,
-        would then come late. So it waits for this writer's next progress: every restarted
-        worker sends its tasks' progress in its first round.
+        Input goes on arriving while a worker reads nothing. A downstream task that took this
+        writer as idle would release the other writers' records while this one is still
+        starting, and this writer's records, as old, would then come late. So it waits for
+        this writer's next progress: a worker sends its tasks' progress in its first round
+        (a restarted one has sent nothing yet; a resumed one says what changed since this).
+        Returns whether it sent anything.
         """
+        sent = False
         for task in tasks:
             for topic, feeds in self._written.get(task.task_id.subtopology, ()):
                 self._send(task, topic, (task.input_time(feeds), False), collector)
+                sent = True
+        return sent
 
     def _send(
         self, task: StreamTask, topic: str, state: tuple[int, bool], collector: RecordCollector
