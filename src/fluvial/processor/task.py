@@ -325,9 +325,11 @@ class StreamTask:
             live = self._nodes[name]
             live.processor.init(NodeContext(self, live))
         # Per source topic: its serdes and the step its records enter the graph with.
+        # With one source topic its times are the stream time's: nothing to track per record.
+        tracked = len(self._sources) > 1
         self._entries = {
             topic: (source.key_serde, self._value_serde(topic, source), steps[source.name],
-                    topic in self._extractors, self._topic_times[topic])
+                    topic in self._extractors, self._topic_times[topic] if tracked else None)
             for topic, source in self._sources.items()
         }  # fmt: skip
         self._initialized = True
@@ -477,6 +479,8 @@ class StreamTask:
         """The newest timestamp processed from ``topics`` (-1: none): unlike :attr:`stream_time`,
         it leaves out inputs that cannot produce what the caller asks about, such as a
         stream-table join's table side."""
+        if len(self._sources) == 1:  # not tracked: the stream time is the one input's
+            return self.stream_time if any(t in self._sources for t in topics) else -1
         times = self._topic_times
         return max((times[t][0] for t in topics if t in times), default=-1)
 
@@ -601,7 +605,9 @@ class StreamTask:
                     # Stream time moves before processing, so the record's own windows see it.
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
-                    if timestamp > times[0]:
+                    if times is None:
+                        pass
+                    elif timestamp > times[0]:
                         if times[0] < 0:
                             times[1] = timestamp  # the topic's first record
                         times[0] = timestamp
