@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 import pytest
 
-from fluvial import StreamsBuilder, serdes
+from fluvial import StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import TopologyError
+from fluvial.processor.collector import ConsumedRecord
 from fluvial.testing import TopologyTestDriver
 
 S = serdes.string()
@@ -166,3 +170,74 @@ def test_describe_lists_the_global_store_apart_from_task_sub_topologies():
     assert [s["global"] for s in subs] == [False, True]
     assert "Sub-topology: 1 for global store (will not generate tasks)" in str(described)
     assert subs[1]["nodes"][0]["topics"] == ["products"]
+
+
+# -- a table ahead of its stream in time ---------------------------------------------------------
+
+MISSES = "join-misses-before-table"
+
+
+@pytest.fixture
+def unique_app() -> str:
+    """A join warns once a minute per application and join: each test its own application."""
+    return f"app-{uuid.uuid4().hex}"
+
+
+def misses(driver: TopologyTestDriver) -> int:
+    return sum(n for name, n in driver.metrics().items() if name.startswith(MISSES + ":"))
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_a_record_older_than_the_table_is_counted_and_explained_once(left, caplog, unique_app):
+    with TopologyTestDriver(
+        stream_table_topology(left), StreamsConfig(application_id=unique_app)
+    ) as driver:
+        clicks = driver.create_input_topic("clicks", S, S)
+        clicks.pipe_input("u1", "c0", timestamp_ms=10)  # nothing of the table known yet: no count
+        driver.create_input_topic("regions", S, S).pipe_input("u1", "eu", timestamp_ms=1_000)
+        with caplog.at_level(logging.WARNING, logger="fluvial.dsl.stream_table_join"):
+            clicks.pipe_input("u1", "c1", timestamp_ms=100)  # found: the lookup is as of now
+            clicks.pipe_input("u2", "c2", timestamp_ms=100)  # older than the table: counted
+            clicks.pipe_input("u3", "c3", timestamp_ms=400)  # counted, not warned again
+            clicks.pipe_input("u4", "c4", timestamp_ms=1_000)  # not older: a plain miss
+        assert misses(driver) == 2
+        [warning] = [r.getMessage() for r in caplog.records]
+        assert "older than the table regions" in warning
+        assert "900 ms later" in warning and "KSTREAM-JOIN" in warning
+        for way_out in ("timestamp extractor", "GlobalKTable", "versioned"):
+            assert way_out in warning
+        expected = [("u1", "c1@eu")] + ([("u2", "c2@None"), ("u3", "c3@None"),
+                                         ("u4", "c4@None")] if left else [])  # fmt: skip
+        assert driver.create_output_topic("out", S, S).read_key_values()[-len(expected) :] == (
+            expected
+        )
+
+
+def test_a_backlog_counts_against_the_table_rows_still_waiting(caplog, unique_app):
+    """Nothing of the table processed yet, but its rows are waiting in the task: the older
+    stream records go first, and miss the table because of time."""
+    with TopologyTestDriver(
+        stream_table_topology(False), StreamsConfig(application_id=unique_app)
+    ) as driver:
+        [task] = driver.tasks
+        task.add_records("regions", 0, [ConsumedRecord(b"u1", b"eu", 60_000, 0)])
+        task.add_records("clicks", 0, [ConsumedRecord(b"u1", b"c", 1_000, 0),
+                                       ConsumedRecord(b"u1", b"d", 2_000, 1)])  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="fluvial.dsl.stream_table_join"):
+            assert task.process_batch(10) == 3
+        assert misses(driver) == 2
+        assert driver.create_output_topic("out", S, S).read_key_values() == []
+        [warning] = [r.getMessage() for r in caplog.records]
+        assert "59 s later" in warning, warning
+
+
+def test_a_global_table_join_never_counts_time_misses(unique_app):
+    builder = StreamsBuilder()
+    regions = builder.global_table("regions", key_serde=S, value_serde=S)
+    (builder.stream("clicks", key_serde=S, value_serde=S)
+        .join(regions, lambda c, r: f"{c}@{r}", key_selector=lambda k, v: k)
+        .to("out", value_serde=S))  # fmt: skip
+    with TopologyTestDriver(builder.build(), StreamsConfig(application_id=unique_app)) as driver:
+        driver.create_input_topic("regions", S, S).pipe_input("u1", "eu", timestamp_ms=1_000)
+        driver.create_input_topic("clicks", S, S).pipe_input("u2", "c", timestamp_ms=10)
+        assert misses(driver) == 0

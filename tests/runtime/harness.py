@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -260,6 +261,23 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int = 0)
 def flush(producer: Producer, timeout_s: float = 300) -> None:
     """Wait until the producer delivered everything: however long a loaded broker takes."""
     wait_until(lambda: producer.flush(5) == 0, timeout_s, "the producer to deliver", 0)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The application's Prometheus metrics, each summed over its labels; empty while it is
+    not serving."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            metric = name.split("{")[0]
+            values[metric] = values.get(metric, 0.0) + float(value)
+    return values
 
 
 def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5):  # noqa: ANN001, ANN201

@@ -257,10 +257,13 @@ def test_the_metadata_a_restart_reads_keeps_every_field_its_partitions_committed
     }
     committed = CommitMetadata(
         1_000, {("app-store-changelog", 1): 77}, {("app-store-changelog", 1): Needed(3, 1, 2)},
-        writers=writers,
+        writers=writers, input_times=(1_000, 400),
     )  # fmt: skip
     read = CommitMetadata.decode(committed.encode())
     assert read.writers == writers
+    # Each source topic's newest time: a windowed operator beside a joined table resumes from
+    # its own inputs' time (docs/semantics.md, "Tables and event time").
+    assert read.input_times == (1_000, 400)
     older = CommitMetadata(500, {("app-store-changelog", 1): 12}, writers={})
     assert CommitMetadata.latest([older, read, read]) == read
     assert CommitMetadata.latest([read, older]) == read

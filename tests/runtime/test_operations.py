@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.runtime.harness import (
     produce,
     read_revisions,
     read_topic,
+    scrape,
     wait_until,
 )
 
@@ -30,18 +30,6 @@ STORE = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
 
 def final_values(revisions):  # noqa: ANN001, ANN201
     return dict(revisions)
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            metric = name.split("{")[0]
-            values[metric] = values.get(metric, 0.0) + float(value)
-    return values
 
 
 def end_offset(bootstrap: str, topic: str) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,28 +15,13 @@ from tests.runtime.harness import (
     oracle_counts,
     produce,
     read_revisions,
+    scrape,
     wait_until,
 )
 
 from fluvial.kafka import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
-
-
-def scrape(port: int) -> dict[str, float]:
-    """The driver's Prometheus metrics, summed over slots; empty while it is not serving."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            metric = name.split("{")[0]
-            values[metric] = values.get(metric, 0.0) + float(value)
-    return values
 
 
 def test_progress_reaches_the_driver_while_a_long_lease_runs_and_sigterm_stops_within_5_s(

@@ -120,7 +120,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             self.windows.size_ms,
             enabled=not self.emit_on_close,
         )
-        stream_time = context.current_stream_time_ms()
+        stream_time = context.input_stream_time_ms()
         self._observed = stream_time
         if stream_time >= 0:
             # Resumed with a known stream time: windows closed by then were already emitted.

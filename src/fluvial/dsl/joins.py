@@ -47,12 +47,15 @@ def stream_table(
     name = name or itb.new_processor_name("KSTREAM-JOIN-")
     parent = stream._repartition_if_required(None, name, key_serde, value_serde)
     getter = table._value_getter()
+    # After the getter: it may have materialized the table behind a new node.
+    table_node, table_name = table.node, f"store {', '.join(getter.stores)}"
     itb.add_processor(
         name,
-        lambda: StreamTableJoinProcessor(getter, value_joiner(joiner, with_key), left),
+        lambda: StreamTableJoinProcessor(getter, value_joiner(joiner, with_key), left,
+                                         table_node=table_node, table_name=table_name),
         [parent],
         getter.stores,
-    )
+    )  # fmt: skip
     if left:
         graph.null_key_join(itb, name)
     graph.copartition(itb, parent, table.node)

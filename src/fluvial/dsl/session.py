@@ -61,7 +61,7 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
     def init(self, context: Any) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self._observed = context.current_stream_time_ms()
+        self._observed = context.input_stream_time_ms()
         # With a record cache, a session's rewrites fold until the cache flushes (at commit or
         # eviction), and only then go downstream: a session merged away before its first flush
         # never appears, as in Kafka Streams.

@@ -57,7 +57,7 @@ class SuppressProcessor(Processor[Any, Any]):
         self._bytes = 0
         # Stream time as this operator saw it (records it received), as in Kafka Streams:
         # records dropped upstream (a null key before an aggregation) do not release results.
-        self._observed = context.current_stream_time_ms()
+        self._observed = context.input_stream_time_ms()
         for key_bytes, raw in self.store.all():
             buffer_time = _HEADER.unpack_from(raw)[0]
             self._index(key_bytes, buffer_time)

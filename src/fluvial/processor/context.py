@@ -57,6 +57,12 @@ class NodeHost(Protocol):
 
     def store_for_processor(self, name: str) -> Any: ...
 
+    def sources_reaching(self, node_name: str) -> frozenset[str]: ...
+
+    def stream_time_into(self, node_name: str) -> int: ...
+
+    def earliest_time(self, topics: frozenset[str]) -> int | None: ...
+
     def schedule(
         self, node_name: str, interval_ms: int, type_: PunctuationType, callback: Punctuator
     ) -> Cancellable: ...
@@ -175,6 +181,20 @@ class NodeContext:
             return None
         writer = getattr(after[0].processor, "windowed_writer", None)
         return None if writer is None else writer(key_serde)
+
+    def input_stream_time_ms(self) -> int:
+        """For built-in operators: the stream time of the task's inputs whose records reach
+        this node (a joined table's input does not), where a windowed operator resumes."""
+        return self._task.stream_time_into(self._node.name)
+
+    def sources_reaching(self, node_name: str) -> frozenset[str]:
+        """For built-in operators: the task's source topics whose records reach ``node_name``."""
+        return self._task.sources_reaching(node_name)
+
+    def earliest_time(self, topics: frozenset[str]) -> int | None:
+        """For built-in operators: the earliest timestamp the task processed from ``topics``,
+        or else the earliest of their records waiting in the task (``None``: none known)."""
+        return self._task.earliest_time(topics)
 
     def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:

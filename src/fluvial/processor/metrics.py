@@ -20,6 +20,9 @@ DESERIALIZATION_ERRORS = "deserialization-errors"
 # per node as "processing-errors:NODE".
 PROCESSING_ERRORS = "processing-errors"
 SUPPRESSION_EMITS = "suppression-emits"
+# Stream-table join lookups that found no row for a record older than the table's earliest
+# update (the table runs ahead of the stream in time); counted per join as "...:NODE".
+JOIN_MISSES_BEFORE_TABLE = "join-misses-before-table"
 
 
 class TaskMetrics:

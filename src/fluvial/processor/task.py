@@ -181,6 +181,14 @@ class StreamTask:
                     if extractor is not None:
                         self._extractors[resolved] = extractor
         self._partition_time: dict[TopicPartition, int] = {}
+        # Per source topic, [newest, earliest] timestamp processed (-1: none yet), updated in
+        # the task loop only when a bound moves. Catch-up progress on a repartition topic
+        # reads the newest of the topics that can reach it (input_time); a stream-table join
+        # reads the earliest of its table's (earliest_time).
+        self._topic_times: dict[str, list[int]] = {topic: [-1, -1] for topic in self._sources}
+        self._reaching: dict[str, frozenset[str]] = {}
+        # Resumed from a commit that gave no per-topic times: operators start from stream time.
+        self._input_times_unknown = False
         # What is processed now, as consumed: the dead letter of a processing error.
         self._current_raw: ConsumedRecord | ExtractedRecord | None = None
         self._flushing = False
@@ -239,8 +247,9 @@ class StreamTask:
         self.open_stores()
         self.stores[store_name].restore(records)
 
-    def resume_stream_time(self, stream_time_ms: int) -> None:
-        """Set the stream time a previous run committed (e.g. kept in offset metadata).
+    def resume_stream_time(self, stream_time_ms: int, input_times: Sequence[int] = ()) -> None:
+        """Set the stream time a previous run committed (e.g. kept in offset metadata), and
+        the newest time of each source topic (:meth:`input_times`), if it said.
 
         Call before :meth:`initialize`, so that operators which act on closed windows know
         what was already final before the restart.
@@ -248,6 +257,31 @@ class StreamTask:
         if self._initialized:
             raise StreamsError("resume_stream_time() must come before initialize()")
         self.stream_time = max(self.stream_time, stream_time_ms)
+        topics = self.subtopology.source_topics
+        if len(input_times) == len(topics) > 1:
+            for topic, newest in zip(topics, input_times, strict=True):
+                times = self._topic_times.get(topic)
+                if times is not None and newest > times[0]:
+                    times[0] = newest
+        elif len(topics) > 1 and stream_time_ms >= 0:
+            self._input_times_unknown = True
+
+    def input_times(self) -> tuple[int, ...]:
+        """The newest timestamp processed from each source topic, in the sub-topology's order,
+        when there are several (with one, it is the stream time)."""
+        topics = self.subtopology.source_topics
+        if len(topics) < 2:
+            return ()
+        return tuple(self._topic_times[t][0] if t in self._topic_times else -1 for t in topics)
+
+    def stream_time_into(self, node_name: str) -> int:
+        """The stream time of the inputs whose records reach ``node_name``: where an operator
+        that closes windows starts after a restart. A joined table's input, which reaches the
+        join only through its store, never moves it."""
+        reaching = self.sources_reaching(node_name)
+        if self._input_times_unknown or reaching >= self._topic_times.keys():
+            return self.stream_time
+        return self.input_time(reaching)
 
     def changelog_partitions(self) -> dict[str, TopicPartition]:
         """Store name -> (changelog topic, partition) for stores with a changelog."""
@@ -291,9 +325,11 @@ class StreamTask:
             live = self._nodes[name]
             live.processor.init(NodeContext(self, live))
         # Per source topic: its serdes and the step its records enter the graph with.
+        # With one source topic its times are the stream time's: nothing to track per record.
+        tracked = len(self._sources) > 1
         self._entries = {
             topic: (source.key_serde, self._value_serde(topic, source), steps[source.name],
-                    topic in self._extractors)
+                    topic in self._extractors, self._topic_times[topic] if tracked else None)
             for topic, source in self._sources.items()
         }  # fmt: skip
         self._initialized = True
@@ -430,6 +466,35 @@ class StreamTask:
         self._partition_time[tp] = partition_time
         return out
 
+    # -- time per input ---------------------------------------------------------------------
+    def sources_reaching(self, node_name: str) -> frozenset[str]:
+        """Source topics whose records can flow to node ``node_name`` (see
+        :meth:`~fluvial.topology.topology.Subtopology.sources_reaching`)."""
+        found = self._reaching.get(node_name)
+        if found is None:
+            found = self._reaching[node_name] = self.subtopology.sources_reaching(node_name)
+        return found
+
+    def input_time(self, topics: Iterable[str]) -> int:
+        """The newest timestamp processed from ``topics`` (-1: none): unlike :attr:`stream_time`,
+        it leaves out inputs that cannot produce what the caller asks about, such as a
+        stream-table join's table side."""
+        if len(self._sources) == 1:  # not tracked: the stream time is the one input's
+            return self.stream_time if any(t in self._sources for t in topics) else -1
+        times = self._topic_times
+        return max((times[t][0] for t in topics if t in times), default=-1)
+
+    def earliest_time(self, topics: Iterable[str]) -> int | None:
+        """The earliest timestamp processed from ``topics``; while none was, the earliest head
+        of their partitions' records waiting here (a backlog processes older stream records
+        before newer table rows). ``None``: nothing known yet."""
+        topics = [t for t in topics if t in self._topic_times]
+        processed = [self._topic_times[t][1] for t in topics if self._topic_times[t][1] >= 0]
+        if processed:
+            return min(processed)
+        heads = [q[0].timestamp_ms for (t, _p), q in self._queues.items() if t in topics and q]
+        return min(heads, default=None)
+
     def reached_end(self, topic: str, partition: int) -> None:
         """The consumer has fetched everything the partition holds (until records come)."""
         if (topic, partition) in self._queues:
@@ -513,7 +578,7 @@ class StreamTask:
                 raw = queue.popleft()
                 taken += 1
                 timestamp = raw.timestamp_ms
-                key_serde, value_serde, entry, extracted = entries[topic]
+                key_serde, value_serde, entry, extracted, times = entries[topic]
                 if extracted:
                     # Deserialized and timed when added (see _extract).
                     failure = raw.error  # type: ignore[union-attr]
@@ -541,6 +606,14 @@ class StreamTask:
                     # Stream time moves before processing, so the record's own windows see it.
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
+                    if times is None:
+                        pass
+                    elif timestamp > times[0]:
+                        if times[0] < 0:
+                            times[1] = timestamp  # the topic's first record
+                        times[0] = timestamp
+                    elif timestamp < times[1]:
+                        times[1] = timestamp
                     offset = raw.offset
                     self.current_offset = offset
                     self._current_raw = raw

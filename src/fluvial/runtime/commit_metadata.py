@@ -52,7 +52,8 @@ def check_commit_metadata(
         last = tasks - 1  # the widest partition number
         changelogs = [(topic, last) for topic in sub.changelog_topics().values()]
         states = {(t, last): merged[t] for t in sub.source_topics if t in merged}
-        size = CommitMetadata.largest(changelogs, states)
+        inputs = len(sub.source_topics) if len(sub.source_topics) > 1 else 0
+        size = CommitMetadata.largest(changelogs, states, inputs)
         if size <= OFFSET_METADATA_MAX_BYTES:
             continue
         limit = (f"could pass Kafka's offset.metadata.max.bytes "
@@ -94,6 +95,10 @@ class CommitMetadata:
     # read from it since the task started) still carries an older metadata, perhaps with the
     # same stream time, and must not win over the newest.
     sequence: int = 0
+    # The newest timestamp processed from each of the task's source topics, in the
+    # sub-topology's order, when it has several: a windowed operator that a joined table's
+    # input cannot reach resumes from its own inputs' time, not the table's.
+    input_times: tuple[int, ...] = ()
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -111,6 +116,8 @@ class CommitMetadata:
         payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
         if self.sequence:
             payload["sq"] = self.sequence
+        if self.input_times:
+            payload["it"] = list(self.input_times)
         if self.writers:
             payload["wr"] = [
                 [t, p, writer, s.high, int(s.idle), s.done]
@@ -144,7 +151,7 @@ class CommitMetadata:
                 state = WriterState(int(high), bool(idle), int(done))
                 writers.setdefault((t, int(p)), {})[str(writer)] = state
             return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers,
-                       int(data.get("sq", 0)))  # fmt: skip
+                       int(data.get("sq", 0)), tuple(int(t) for t in data.get("it", ())))  # fmt: skip
         except (ValueError, TypeError, zlib.error):
             return cls()
 
@@ -153,6 +160,7 @@ class CommitMetadata:
         cls,
         changelogs: Iterable[tuple[str, int]],
         writers: Mapping[tuple[str, int], list[str]] | None = None,
+        inputs: int = 0,
     ) -> int:
         """About the longest metadata a task with these changelog partitions, and these writers
         of its merged repartition partitions, can commit: every end and needed offset 19
@@ -171,7 +179,8 @@ class CommitMetadata:
         }
         metadata = cls(wide(), {tp: wide() for tp in tps},
                        {tp: Needed(wide(), -wide(), -wide()) for tp in tps}, True, states,
-                       sequence=wide())  # fmt: skip
+                       sequence=wide(), input_times=tuple(now + wide(0, 10**9)
+                                                          for _ in range(inputs)))  # fmt: skip
         return len(metadata.encode())
 
     @classmethod
@@ -192,6 +201,7 @@ class CommitMetadata:
                     best.known or candidate.known,
                     {**best.writers, **candidate.writers},
                     candidate.sequence,
+                    candidate.input_times or best.input_times,
                 )
         return best
 

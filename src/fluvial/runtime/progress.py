@@ -6,17 +6,24 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
   repartition topic (every task of each sub-topology that writes it), so a downstream task
   waits for writers that have not written yet;
 - sets its downstream tasks' repartition partitions to be read merged by writer;
-- sends each of its upstream tasks' progress (stream time, and whether it has read all of its
-  input) to every partition of the repartition topics the task writes, when it changed, at most
-  every :data:`PROGRESS_INTERVAL_MS`. An idle application writes nothing: a downstream task
-  that restarts finds what it knew of each writer in its commit.
+- sends each of its upstream tasks' progress to every partition of the repartition topics the
+  task writes, when it changed, at most every :data:`PROGRESS_INTERVAL_MS`. An idle
+  application writes nothing: a downstream task that restarts finds what it knew of each
+  writer in its commit.
+
+The progress a task sends on a repartition topic covers only the inputs whose records can
+reach that topic (:meth:`~fluvial.topology.topology.Subtopology.repartition_feeds`): the newest
+timestamp it processed from them, and whether it has read all of them. A stream-table join's
+table side, stamped with the wall clock while the stream carries older event times, would
+otherwise claim a time the task's next records to the topic are far behind, and the
+downstream windows would close before them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from confluent_kafka import Consumer
 
@@ -61,6 +68,19 @@ def repartition_writers(
     return writers
 
 
+def writer_progress(
+    task: StreamTask, feeds: frozenset[str], at_end: Container[tuple[str, int]]
+) -> tuple[int, bool]:
+    """What ``task`` says on a repartition topic fed by the source topics ``feeds``: the
+    newest timestamp it processed from them, and whether it has read all of them (each
+    partition fetched to its end, ``at_end``, with nothing left waiting)."""
+    partition = task.task_id.partition
+    caught_up = all(
+        (t, partition) in at_end and task.buffered_in((t, partition)) == 0 for t in feeds
+    )
+    return task.input_time(feeds), caught_up
+
+
 class RepartitionProgress:
     """Writer ids, merged reads and progress records for one worker's tasks."""
 
@@ -78,14 +98,16 @@ class RepartitionProgress:
         #: Repartition topics with several writers: only those need merging. One writer's
         #: records are in its own order already, so they cost nothing extra.
         self.merged = frozenset(t for t, ids in self.writers.items() if len(ids) > 1)
-        self._written = {
-            sub.id: sorted(sub.repartition_topics_written() & self.merged) for sub in subs
+        # Per sub-topology: each merged topic it writes, with the source topics that feed it.
+        self._written: dict[int, list[tuple[str, frozenset[str]]]] = {
+            sub.id: sorted((t, f) for t, f in sub.repartition_feeds().items() if t in self.merged)
+            for sub in subs
         }
         log.debug("writers of repartition topics: %s; merged: %s; partitions: %s",
                   self.writers, sorted(self.merged),
                   {t: self.partitions.get(t) for t in self.writers})  # fmt: skip
         self._at_end: set[tuple[str, int]] = set()
-        self._sent: dict[TaskId, tuple[int, bool]] = {}
+        self._sent: dict[tuple[TaskId, str], tuple[int, bool]] = {}
         self._last_round = 0.0
 
     def merge_inputs(
@@ -113,7 +135,8 @@ class RepartitionProgress:
         is working again, and waits for its next progress. So the next round sends this task's
         progress even if unchanged: after those records, saying again how far it has read.
         """
-        self._sent.pop(task_id, None)
+        for key in [k for k in self._sent if k[0] == task_id]:
+            del self._sent[key]
 
     def send(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
         """Send the progress of tasks that write repartition topics; whether anything was sent."""
@@ -123,27 +146,42 @@ class RepartitionProgress:
         self._last_round = now
         sent = False
         for task in tasks:
-            topics = self._written.get(task.task_id.subtopology)
-            if not topics:
-                continue
-            caught_up = task.buffered_records() == 0 and all(
-                (t, task.task_id.partition) in self._at_end for t in task.subtopology.source_topics
-            )
-            state = (task.stream_time, caught_up)
-            if state == self._sent.get(task.task_id):
-                continue
-            if caught_up:
-                log.debug("task %s has read all of its input (stream time %d)",
-                          task.task_id, task.stream_time)  # fmt: skip
-            payload = encode_progress(*state)
-            headers = [
-                (PROGRESS_HEADER, payload),
-                (WRITER_HEADER, writer_id(task.task_id).encode()),
-            ]
-            for topic in topics:
-                for partition in range(self.partitions.get(topic, 0)):
-                    collector.send(topic, None, None, max(task.stream_time, 0), list(headers),
-                                   partition)  # fmt: skip
-            self._sent[task.task_id] = state
-            sent = True
+            for topic, feeds in self._written.get(task.task_id.subtopology, ()):
+                state = writer_progress(task, feeds, self._at_end)
+                if state == self._sent.get((task.task_id, topic)):
+                    continue
+                if state[1]:
+                    log.debug("task %s has read all of its input to %s (at %d)",
+                              task.task_id, topic, state[0])  # fmt: skip
+                self._send(task, topic, state, collector)
+                sent = True
         return sent
+
+    def stopping(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
+        """Before the last commit of a worker that stops or pauses (between two Spark leases):
+        its tasks say they have not read all of their input, whatever they said before.
+
+        Input goes on arriving while a worker reads nothing. A downstream task that took this
+        writer as idle would release the other writers' records while this one is still
+        starting, and this writer's records, as old, would then come late. So it waits for
+        this writer's next progress: a worker sends its tasks' progress in its first round
+        (a restarted one has sent nothing yet; a resumed one says what changed since this).
+        Returns whether it sent anything.
+        """
+        sent = False
+        for task in tasks:
+            for topic, feeds in self._written.get(task.task_id.subtopology, ()):
+                self._send(task, topic, (task.input_time(feeds), False), collector)
+                sent = True
+        return sent
+
+    def _send(
+        self, task: StreamTask, topic: str, state: tuple[int, bool], collector: RecordCollector
+    ) -> None:
+        headers = [
+            (PROGRESS_HEADER, encode_progress(*state)),
+            (WRITER_HEADER, writer_id(task.task_id).encode()),
+        ]
+        for p in range(self.partitions.get(topic, 0)):
+            collector.send(topic, None, None, max(state[0], 0), list(headers), p)
+        self._sent[(task.task_id, topic)] = state

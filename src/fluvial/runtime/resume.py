@@ -82,7 +82,7 @@ def restore_to_commit(
     stream_time = metadata.stream_time
     if stream_time >= 0:
         # Operators that emit on window close must know what was final already.
-        task.resume_stream_time(stream_time)
+        task.resume_stream_time(stream_time, metadata.input_times)
     return metadata, horizons
 
 

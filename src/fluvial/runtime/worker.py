@@ -300,6 +300,7 @@ class Worker:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
         try:
             if clean and self._producer is not None:
+                self._say_stopping()
                 self.commit(force=True)
                 self._purge.purge(self._committed, self._repartition_topics)
         finally:
@@ -491,6 +492,20 @@ class Worker:
 
     # -- the commit cycle -------------------------------------------------------------------
 
+    def pause(self) -> None:
+        """Commit before a pause in which this worker reads nothing (it stops, or waits for
+        its next Spark lease). With the last offsets its tasks say they have not read all of
+        their input, so no downstream task takes them as idle meanwhile
+        (:meth:`RepartitionProgress.stopping`)."""
+        self._say_stopping()
+        self.commit()
+
+    def _say_stopping(self) -> None:
+        if self._progress is not None and self._collector is not None:
+            # Committed next, with the offsets: an open transaction would hold back every
+            # read_committed reader of the repartition topics for the whole pause.
+            self._dirty |= self._progress.stopping(self.tasks.values(), self._collector)
+
     def commit(self, *, force: bool = False) -> None:
         """Commit outputs, state changes and input offsets together.
 
@@ -618,7 +633,8 @@ class Worker:
             if tp in self._horizons
         }
         writers = task.writer_states()
-        return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence)
+        return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence,
+                              task.input_times())  # fmt: skip
 
     # -- metrics ----------------------------------------------------------------------------
 

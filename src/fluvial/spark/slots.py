@@ -269,7 +269,7 @@ def _run_lease(
         if plan.final:
             worker.close(clean=True)
         else:
-            worker.commit()
+            worker.pause()  # until the next lease, which may run it again
             # The ends seen in fetches: no broker round trip on the lease's path.
             worker.refresh_standby_lag(fresh=False)
     except BaseException as error:

@@ -74,6 +74,39 @@ class Subtopology:
             if isinstance(n, SinkNode) and n.name in self.node_names and n.topic in self._internal
         )
 
+    def sources_reaching(self, node: str) -> frozenset[str]:
+        """Resolved source topics whose records can flow to ``node`` along the graph's edges.
+
+        A shared store is no edge: a stream-table join reads its table through the store, so
+        the table's source reaches the table's own nodes, never what the join forwards.
+        """
+        parents: dict[str, list[str]] = {}
+        for name in self.node_names:
+            for child in self.nodes[name].children:
+                parents.setdefault(child, []).append(name)
+        seen, todo, topics = {node}, [node], set()
+        while todo:
+            current = self.nodes[todo.pop()]
+            if isinstance(current, SourceNode):
+                topics.update(self.resolve(t) for t in current.topics)
+            for parent in parents.get(current.name, ()):
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return frozenset(topics)
+
+    def repartition_feeds(self) -> dict[str, frozenset[str]]:
+        """Repartition topic written (resolved) -> the source topics whose records can reach a
+        sink writing it: the only inputs that bound what this sub-topology can still write
+        there (see :mod:`fluvial.processor.completeness`)."""
+        feeds: dict[str, frozenset[str]] = {}
+        for name in self.node_names:
+            node = self.nodes[name]
+            if isinstance(node, SinkNode) and node.topic in self._internal:
+                topic = self.resolve(node.topic)
+                feeds[topic] = feeds.get(topic, frozenset()) | self.sources_reaching(name)
+        return feeds
+
     def changelog_topics(self) -> dict[str, str]:
         """Store name -> changelog topic, for stores with logging on."""
         out = {}
