@@ -94,6 +94,10 @@ class CommitMetadata:
     # read from it since the task started) still carries an older metadata, perhaps with the
     # same stream time, and must not win over the newest.
     sequence: int = 0
+    # The progress record (stream time, read all of its input) the task last sent as a writer
+    # of repartition topics, committed with it: a restart that finds the task where it was
+    # sends none again, so an idle application writes nothing (fluvial.runtime.progress).
+    progress: tuple[int, bool] | None = None
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -111,6 +115,8 @@ class CommitMetadata:
         payload: dict[str, object] = {"st": self.stream_time, "cl": ends, "nd": needed}
         if self.sequence:
             payload["sq"] = self.sequence
+        if self.progress is not None:
+            payload["pg"] = [self.progress[0], int(self.progress[1])]
         if self.writers:
             payload["wr"] = [
                 [t, p, writer, s.high, int(s.idle), s.done]
@@ -143,8 +149,10 @@ class CommitMetadata:
             for t, p, writer, high, idle, done in data.get("wr", []):
                 state = WriterState(int(high), bool(idle), int(done))
                 writers.setdefault((t, int(p)), {})[str(writer)] = state
+            sent = data.get("pg")
+            progress = (int(sent[0]), bool(sent[1])) if sent else None
             return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers,
-                       int(data.get("sq", 0)))  # fmt: skip
+                       int(data.get("sq", 0)), progress)  # fmt: skip
         except (ValueError, TypeError, zlib.error):
             return cls()
 
@@ -171,7 +179,7 @@ class CommitMetadata:
         }
         metadata = cls(wide(), {tp: wide() for tp in tps},
                        {tp: Needed(wide(), -wide(), -wide()) for tp in tps}, True, states,
-                       sequence=wide())  # fmt: skip
+                       sequence=wide(), progress=(wide(), False))  # fmt: skip
         return len(metadata.encode())
 
     @classmethod
@@ -192,6 +200,7 @@ class CommitMetadata:
                     best.known or candidate.known,
                     {**best.writers, **candidate.writers},
                     candidate.sequence,
+                    candidate.progress or best.progress,
                 )
         return best
 

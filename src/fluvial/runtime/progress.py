@@ -9,7 +9,9 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
 - sends each of its upstream tasks' progress (stream time, and whether it has read all of its
   input) to every partition of the repartition topics the task writes, when it changed, at most
   every :data:`PROGRESS_INTERVAL_MS`. An idle application writes nothing: a downstream task
-  that restarts finds what it knew of each writer in its commit.
+  that restarts finds what it knew of each writer in its commit, and an upstream task that
+  restarts (on Spark, a slot that moved to another Python worker) finds the progress it last
+  sent in its own, and sends none until its input has told it where it stands.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class RepartitionProgress:
                   self.writers, sorted(self.merged),
                   {t: self.partitions.get(t) for t in self.writers})  # fmt: skip
         self._at_end: set[tuple[str, int]] = set()
+        # Partitions that gave records or reached their end since the worker started: until
+        # all of a task's have, whether it has read all of its input is not known yet.
+        self._seen: set[tuple[str, int]] = set()
         self._sent: dict[TaskId, tuple[int, bool]] = {}
         self._last_round = 0.0
 
@@ -101,9 +106,21 @@ class RepartitionProgress:
     # -- what the consumer says -----------------------------------------------------------------
     def reached_end(self, tp: tuple[str, int]) -> None:
         self._at_end.add(tp)
+        self._seen.add(tp)
 
     def got_records(self, tps: Iterable[tuple[str, int]]) -> None:
         self._at_end.difference_update(tps)
+        self._seen.update(tps)
+
+    def resume(self, task_id: TaskId, sent: tuple[int, bool] | None) -> None:
+        """The progress ``task_id`` last sent and committed, from its commit metadata: the
+        same progress is not sent again."""
+        if sent is not None:
+            self._sent[task_id] = sent
+
+    def sent(self, task_id: TaskId) -> tuple[int, bool] | None:
+        """The progress ``task_id`` last sent, for its commit metadata."""
+        return self._sent.get(task_id)
 
     # -- progress records -------------------------------------------------------------------------
     def wrote_after_progress(self, task_id: TaskId) -> None:
@@ -126,9 +143,10 @@ class RepartitionProgress:
             topics = self._written.get(task.task_id.subtopology)
             if not topics:
                 continue
-            caught_up = task.buffered_records() == 0 and all(
-                (t, task.task_id.partition) in self._at_end for t in task.subtopology.source_topics
-            )
+            inputs = [(t, task.task_id.partition) for t in task.subtopology.source_topics]
+            if not all(tp in self._seen for tp in inputs):
+                continue  # where it stands is not known yet: saying "behind" would be a write
+            caught_up = task.buffered_records() == 0 and all(tp in self._at_end for tp in inputs)
             state = (task.stream_time, caught_up)
             if state == self._sent.get(task.task_id):
                 continue
