@@ -97,7 +97,9 @@ def test_a_processor_api_processor_downstream_of_a_repartition_is_covered_too():
     # It names the record the user wrote (the internal topic is deleted by a reset), and the
     # repartition record apart; the origin header itself stays inside fluvial.
     assert (headers["fluvial.topic"], headers["fluvial.partition"], headers["fluvial.offset"]) == (
-        b"in", b"0", b"1"
+        b"in",
+        b"0",
+        b"1",
     )
     assert headers["fluvial.source"] == b"in-0@1"
     assert b"-repartition-0@" in headers["fluvial.repartition"]

@@ -25,9 +25,10 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
+from fluvial.errors import StreamsError
 from fluvial.processor.completeness import PROGRESS_HEADER
 from fluvial.runtime.clients import consumer_settings
 from fluvial.topology.topology import Topology
@@ -92,6 +93,12 @@ def read_application_lag(
     consumer = Consumer(settings)
     try:
         return _read(consumer, topology, config, read_up_to)
+    except KafkaException as error:
+        raise StreamsError(
+            f"cannot read {config.application_id}'s offsets from Kafka at "
+            f"{config.bootstrap_servers}: {error.args[0].str() if error.args else error}. "
+            "Check that Kafka runs there (fluvial kafka status) or pass --bootstrap-servers"
+        ) from error
     finally:
         consumer.close()
 
@@ -202,3 +209,28 @@ class LagWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(TIMEOUT_S * 2)
+
+
+#: ``fluvial status`` exits with this when the application is behind (0 when caught up).
+BEHIND_EXIT_CODE = 3
+
+
+def status_report(lag: ApplicationLag) -> list[str]:
+    """What ``fluvial status`` prints: each topic's lag, then whether the application is
+    caught up."""
+    internal = {p.topic for p in lag.partitions if p.internal}
+    inexact = {p.topic for p in lag.partitions if not p.exact}
+    lines = []
+    width = max((len(t) for t in lag.by_topic()), default=0)
+    for topic, total in sorted(lag.by_topic().items(), key=lambda t: (t[0] in internal, t[0])):
+        bound = "at most " if topic in inexact else ""
+        kind = "  (repartition)" if topic in internal else ""
+        lines.append(f"  {topic:<{width}}  lag {bound}{total:,}{kind}")
+    for topic in lag.missing:
+        lines.append(f"  {topic:<{width}}  missing: Kafka has no such topic")
+    if lag.caught_up:
+        lines.append(f"{lag.application_id}: caught up (every input and repartition partition "
+                     "processed and committed)")  # fmt: skip
+    else:
+        lines.append(f"{lag.application_id}: behind, {lag.total:,} record(s) to process")
+    return lines
