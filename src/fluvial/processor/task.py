@@ -559,7 +559,10 @@ class StreamTask:
                     if not headers:
                         headers = []
                     elif internal:  # fluvial's origin header is no operator's business
-                        headers = [h for h in headers if h[0] != ORIGIN_HEADER]
+                        headers = (
+                            [] if len(headers) == 1 and headers[0][0] == ORIGIN_HEADER
+                            else [h for h in headers if h[0] != ORIGIN_HEADER]
+                        )  # fmt: skip
                     else:
                         headers = list(headers)
                     entry(key, value, Record(key, value, timestamp, headers, topic, partition,
