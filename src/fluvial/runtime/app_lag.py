@@ -83,14 +83,25 @@ def application_topics(topology: Topology, config: StreamsConfig) -> dict[str, t
     return topics
 
 
-def read_application_lag(
-    topology: Topology, config: StreamsConfig, *, read_up_to: int = READ_UP_TO
-) -> ApplicationLag:
-    """The application's lag now, partition by partition (see the module's description)."""
+def lag_consumer(config: StreamsConfig) -> Consumer:
+    """A consumer that reads the application group's commits without ever joining the group
+    (it is assigned partitions by hand, never subscribed) or committing."""
     settings = consumer_settings(config, client_suffix=f"-lag-{uuid.uuid4().hex[:6]}")
-    # Assigned by hand, never subscribed: it reads the group's commits without joining it.
     settings["enable.partition.eof"] = True
-    consumer = Consumer(settings)
+    return Consumer(settings)
+
+
+def read_application_lag(
+    topology: Topology,
+    config: StreamsConfig,
+    *,
+    read_up_to: int = READ_UP_TO,
+    consumer: Consumer | None = None,
+) -> ApplicationLag:
+    """The application's lag now, partition by partition (see the module's description).
+    ``consumer``: a :func:`lag_consumer` to use (and leave open), else one of its own."""
+    own = consumer is None
+    consumer = consumer or lag_consumer(config)
     try:
         return _read(consumer, topology, config, read_up_to)
     except KafkaException as error:
@@ -100,7 +111,8 @@ def read_application_lag(
             "Check that Kafka runs there (fluvial kafka status) or pass --bootstrap-servers"
         ) from error
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
 
 
 def _read(
@@ -199,12 +211,19 @@ class LagWatch:
         return self
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.latest = read_application_lag(self.topology, self.config)
-            except Exception as error:  # the status line only: the workers measure their own
-                log.debug("cannot read the application's lag: %s", error)
-            self._stop.wait(self.interval_s)
+        consumer = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    consumer = consumer or lag_consumer(self.config)
+                    self.latest = read_application_lag(self.topology, self.config,
+                                                       consumer=consumer)  # fmt: skip
+                except Exception as error:  # the status line only: workers measure their own
+                    log.debug("cannot read the application's lag: %s", error)
+                self._stop.wait(self.interval_s)
+        finally:
+            if consumer is not None:
+                consumer.close()
 
     def stop(self) -> None:
         self._stop.set()

@@ -66,7 +66,9 @@ def status_line(app: Application, started: float, watch: LagWatch | None = None)
     totals = summarize(app.metrics())
     lag = int(totals["lag"])
     whole = watch.latest if watch is not None else None
-    lag_text = f"lag {lag:,}"
+    # Until the whole application's lag is read, a worker's own (which knows nothing of records
+    # it has not fetched yet) must not pass for "caught up".
+    lag_text = "lag ?" if watch is not None and whole is None else f"lag {lag:,}"
     if whole is not None:
         lag = max(lag, whole.total)
         lag_text = f"lag {lag:,}" + ("+" if not all(p.exact for p in whole.partitions) else "")
