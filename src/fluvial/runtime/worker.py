@@ -603,7 +603,14 @@ class Worker:
         for task_id, task in self.tasks.items():
             task_offsets = task.committable_offsets()
             if not task_offsets:
-                continue
+                # Nothing read since the task was opened, yet its metadata may have changed
+                # (the progress it sent as a writer): it goes with the offsets last committed.
+                # Left out, a task opened anew in every Spark lease would send that progress
+                # again in each one.
+                inputs = [(t, task_id.partition) for t in task.subtopology.source_topics]
+                task_offsets = {tp: self._committed[tp] for tp in inputs if tp in self._committed}
+                if not task_offsets:
+                    continue
             last = self._metadata_committed.get(task_id, CommitMetadata())
             current = self._metadata(task, last.sequence)
             if current == last and all(
