@@ -675,6 +675,39 @@ def reset(
         console.print(f"  deleted {topic}", soft_wrap=True)
 
 
+@app.command("status")
+def status(
+    app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
+    application_id: Annotated[str | None, typer.Option(help="Override the application id")] = None,
+    client_config: ClientConfigOption = None,
+) -> None:
+    """Show a running (or stopped) application's lag per topic, source and repartition topics
+    alike, and whether it has caught up: from its committed offsets in Kafka, so from any
+    terminal. Exits 0 when caught up, 3 when behind."""
+    from fluvial.config import StreamsConfig
+    from fluvial.runtime.app_lag import BEHIND_EXIT_CODE, read_application_lag, status_report
+
+    loaded = _load(app_file)
+    settings_bootstrap, settings = client_settings_or_exit(client_config)
+    base = loaded.config or StreamsConfig()
+    overrides = {"bootstrap_servers": bootstrap_servers or settings_bootstrap,
+                 "application_id": application_id,
+                 "client_config": {**base.client_config, **settings} if settings else None}  # fmt: skip
+    try:
+        config = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        from fluvial.kafka.security import check_connection
+
+        check_connection(config.bootstrap_servers,
+                         {k: str(v) for k, v in config.client_config.items()})  # fmt: skip
+        lag = read_application_lag(loaded.topology, config)
+    except FluvialError as error:
+        _fail(error)
+    for line in status_report(lag):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(code=0 if lag.caught_up else BEHIND_EXIT_CODE)
+
+
 @app.command("acls")
 def acls(
     app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],

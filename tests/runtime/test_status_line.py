@@ -1,5 +1,5 @@
 """The status line and metrics read right: lag reaches 0 over transactional input, a skipped
-malformed record is "skipped" and not "dropped-late", and a restore counts up to its total."""
+malformed record is "undecodable" and not "late", and a restore counts up to its total."""
 
 from __future__ import annotations
 
@@ -70,11 +70,11 @@ def test_lag_reaches_zero_skips_are_skips_and_restores_finish(
 
         def caught_up() -> bool:
             totals = summarize(app.metrics())
-            return totals["skipped_records"] == 1 and totals["lag"] == 0
+            return totals["undecodable_records"] == 1 and totals["lag"] == 0
 
         wait_for(caught_up, 120, "the malformed record skipped and lag 0")
         line = status_line(app, started)
-        assert "lag 0" in line and "dropped-late 0" in line and "skipped 1" in line, line
+        assert "lag 0" in line and "late 0" in line and "undecodable 1" in line, line
 
     # A fresh state directory restores every store from its changelog, whose transactions
     # leave markers between the records: the restore still counts up to its total.

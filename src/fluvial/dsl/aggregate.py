@@ -17,7 +17,7 @@ from typing import Any
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
 from fluvial.dsl.windows import SlidingWindows, TimeWindows
-from fluvial.processor.metrics import DROPPED_RECORDS, REVISIONS_EMITTED
+from fluvial.processor.metrics import LATE, NULL_KEY, REVISIONS_EMITTED, dropped
 from fluvial.processor_api import Processor
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
@@ -59,7 +59,7 @@ class StreamAggregateProcessor(Processor[Any, Any]):
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None or record.value is None:
             log.debug("skipping record with null key or value in %s", self.store_name)
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None
@@ -146,7 +146,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         # A null value is aggregated like any other (a reduce starts over from it); only a
         # null key has no window to go to. As in Kafka Streams.
         if record.key is None:
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         timestamp = record.timestamp_ms
         # Stream time as this operator saw it: records dropped upstream (a filter in the same
@@ -188,7 +188,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             "dropping record at %d for closed window [%d, %d) (stream time %d, grace %d)",
             timestamp, start, start + windows.size_ms, stream_time, windows.grace_ms,
         )  # fmt: skip
-        self.context.metrics.increment(DROPPED_RECORDS)
+        dropped(self.context, LATE)
 
     def _update(self, key_bytes: bytes, record: Record[Any, Any], start: int) -> None:
         raw = self.store.fetch(key_bytes, start)

@@ -21,7 +21,7 @@ from fluvial.dsl.forwarding import emit
 from fluvial.dsl.kstream import NamedArg, named_value
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.windows import SessionWindows
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import LATE, NULL_KEY, dropped
 from fluvial.processor.stores import is_cached
 from fluvial.processor_api import Processor
 from fluvial.records import Record, Window, Windowed
@@ -97,7 +97,7 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
         # session stays open for late records until its end is more than gap + grace behind
         # the stream time this operator has seen.
         if record.key is None:
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         t, gap = record.timestamp_ms, self.windows.inactivity_gap_ms
         self._observed = max(self._observed, t)
@@ -109,7 +109,7 @@ class SessionWindowAggregateProcessor(Processor[Any, Any]):
         end = max([t] + [s.end_ms for s in overlapping])
         if end < close_time:
             log.debug("dropping record at %d: its session [%d, %d] is closed", t, start, end)
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, LATE)
             return
         aggregate = None if self.initializer is None else self.initializer()
         values = []

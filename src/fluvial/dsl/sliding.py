@@ -28,7 +28,7 @@ import logging
 from typing import Any
 
 from fluvial.dsl.aggregate import WindowedAggregateProcessor
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import LATE, NULL_KEY, dropped
 from fluvial.records import Record, Window
 from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes
 
@@ -42,7 +42,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None or record.value is None:
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         d = self.windows.size_ms
         self._observed = max(self._observed, record.timestamp_ms)
@@ -51,7 +51,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
         t = record.timestamp_ms
         if t + d < self.close_time:
             log.debug("dropping record at %d: every window containing it closed", t)
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, LATE)
             return
         key_bytes = self.key_serde.serialize(None, record.key)
         assert key_bytes is not None

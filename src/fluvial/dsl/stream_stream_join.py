@@ -29,7 +29,7 @@ from typing import Any
 
 from fluvial.dsl.stream_table_join import Joiner
 from fluvial.dsl.windows import JoinWindows
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import NULL_KEY, dropped
 from fluvial.processor_api import Processor
 from fluvial.records import Record
 from fluvial.serdes import Serde
@@ -141,7 +141,7 @@ class StreamStreamJoinProcessor(Processor[Any, Any]):
             return
         if record.key is None or record.value is None:
             log.debug("stream-stream join skips record with null key or value")
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         if self.outer is not None and ts == time.stream_time:
             # Only a record that advances stream time can close windows.

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fluvial.dsl.getters import GetterSupplier
-from fluvial.processor.metrics import DROPPED_RECORDS, JOIN_MISSES_BEFORE_TABLE
+from fluvial.processor.metrics import JOIN_MISSES_BEFORE_TABLE, NULL_KEY, dropped
 from fluvial.processor_api import Processor
 from fluvial.records import Record
 
@@ -86,7 +86,7 @@ class StreamTableJoinProcessor(Processor[Any, Any]):
             if not self.left or record.value is None:
                 # Nothing to look up with (inner join), or nothing to join (null value).
                 log.debug("stream-table join skips record with null key or value")
-                self.context.metrics.increment(DROPPED_RECORDS)
+                dropped(self.context, NULL_KEY)
                 return
             row = None  # a left join keeps a keyless record, with no table side
         else:

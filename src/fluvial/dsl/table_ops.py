@@ -14,7 +14,7 @@ from fluvial.dsl.forwarding import TableForwarder, emit
 from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.stateless import as_key_value
 from fluvial.processor.fusion import FusableProcessor, Step
-from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import LATE, NULL_KEY, dropped
 from fluvial.processor_api import Processor
 from fluvial.records import Record
 from fluvial.serdes import Serde
@@ -58,7 +58,7 @@ class TableSourceProcessor(Processor[Any, Any]):
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         value = record.value.new_value if self.input_is_change else record.value
         key_bytes = self.key_serde.serialize(None, record.key)
@@ -88,7 +88,7 @@ class TableSourceProcessor(Processor[Any, Any]):
         )
         if code == PUT_RETURN_CODE_NOT_PUT:
             # Older than the history retention: no as-of query could ever see it.
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, LATE)
             return
         if code != PUT_RETURN_CODE_VALID_TO_UNDEFINED:
             return  # out of order: history changed, the latest row did not
@@ -222,7 +222,7 @@ class TableAggregateProcessor(Processor[Any, Any]):
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
-            self.context.metrics.increment(DROPPED_RECORDS)
+            dropped(self.context, NULL_KEY)
             return
         change: Change[Any] = record.value
         key_bytes = self.key_serde.serialize(None, record.key)

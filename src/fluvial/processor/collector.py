@@ -55,3 +55,23 @@ class RecordCollector(Protocol):
     ) -> None:
         """Produce one record (bytes already serialized); ``partition`` None lets the producer's
         partitioner choose."""
+
+
+#: On a record written to a repartition topic: the user's record it comes from, as
+#: ``TOPIC:PARTITION:OFFSET`` (a topic name has no ``:``). Carried on through later repartitions,
+#: so that a dead letter downstream names the record a user wrote, never the internal topic
+#: (which ``fluvial reset`` deletes). Operators never see it: the task takes it off.
+ORIGIN_HEADER = "fluvial.origin"
+
+
+def encode_origin(topic: str, partition: int, offset: int) -> bytes:
+    return f"{topic}:{partition}:{offset}".encode()
+
+
+def decode_origin(value: bytes | None) -> tuple[str, int, int] | None:
+    """(topic, partition, offset) of an :data:`ORIGIN_HEADER`, or None if it is malformed."""
+    try:
+        topic, partition, offset = (value or b"").decode().rsplit(":", 2)
+        return topic, int(partition), int(offset)
+    except ValueError:
+        return None

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from fluvial.processor.collector import ConsumedRecord
+from fluvial.processor.collector import ORIGIN_HEADER, ConsumedRecord
 
 WRITER_HEADER = "fluvial.writer"
 PROGRESS_HEADER = "fluvial.progress"
@@ -284,6 +284,9 @@ def _split_headers(
     if len(headers) == 1 and headers[0][0] == WRITER_HEADER:  # the common case: a data record
         value = headers[0][1]
         return _writer_names.get(value) or _writer_name(value), None, ()
+    if len(headers) == 2 and headers[0][0] == WRITER_HEADER and headers[1][0] == ORIGIN_HEADER:
+        value = headers[0][1]  # a data record with its origin (fluvial.processor.collector)
+        return _writer_names.get(value) or _writer_name(value), None, headers[1:]
     kept = []
     for key, value in headers:
         if key == WRITER_HEADER:

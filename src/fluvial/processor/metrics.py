@@ -8,9 +8,24 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 RECORDS_PROCESSED = "records-processed"
+# Every record of the task that reached no output, whatever the reason (Kafka Streams'
+# task-level ``dropped-records``): the sum of the counters by reason below.
 DROPPED_RECORDS = "dropped-records"
+# By reason, in all and per node as "dropped-records:REASON:NODE" (see :func:`dropped`):
+#: an operator's window, session or join window had closed (stream time - grace), or the
+#: record was older than a versioned table's history retention.
+LATE = "late"
+#: a null key (or value) an operator cannot use: no group, window or join to put it in.
+NULL_KEY = "null-key"
+#: the task's counter of each reason an operator drops records for.
+LATE_RECORDS = "late-records"
+NULL_KEY_RECORDS = "null-key-records"
+_BY_REASON = {LATE: LATE_RECORDS, NULL_KEY: NULL_KEY_RECORDS}
+# A record whose Kafka timestamp is negative (no extractor gave it an event time).
+INVALID_TIMESTAMPS = "invalid-timestamps"
 REVISIONS_EMITTED = "revisions-emitted"
 RECORDS_PRODUCED = "records-produced"
 CHANGELOG_RECORDS = "changelog-records"
@@ -19,10 +34,42 @@ DESERIALIZATION_ERRORS = "deserialization-errors"
 # Records a user's code raised on and the log-and-continue handler skipped; counted in all and
 # per node as "processing-errors:NODE".
 PROCESSING_ERRORS = "processing-errors"
+# Records sent to the dead-letter topic: undecodable ones and those a user's code raised on.
+DEAD_LETTERS = "dead-letters"
 SUPPRESSION_EMITS = "suppression-emits"
 # Stream-table join lookups that found no row for a record older than the table's earliest
 # update (the table runs ahead of the stream in time); counted per join as "...:NODE".
 JOIN_MISSES_BEFORE_TABLE = "join-misses-before-table"
+
+#: What each task counter counts, for the metrics' help texts.
+HELP = {
+    RECORDS_PROCESSED: "Records the task processed",
+    DROPPED_RECORDS: "Records of the task that reached no output, for any reason (the sum of "
+    "late, null-key, invalid-timestamp, undecodable and failed records)",
+    LATE_RECORDS: "Records an operator dropped as late: their window, session or join window "
+    "had closed (stream time minus grace), or older than a versioned table's history",
+    NULL_KEY_RECORDS: "Records an operator dropped for a null key (or value) it cannot use",
+    INVALID_TIMESTAMPS: "Records skipped for a negative Kafka timestamp",
+    DESERIALIZATION_ERRORS: "Records skipped because their key or value could not be "
+    "deserialized or their event time extracted (log_and_continue)",
+    PROCESSING_ERRORS: "Records a user's function or processor raised on, skipped at that "
+    "operator (processing_exception_handler=log_and_continue)",
+    DEAD_LETTERS: "Records sent to the dead-letter topic (undecodable, or failed in user code)",
+    REVISIONS_EMITTED: "Revisions of windowed results emitted",
+    RECORDS_PRODUCED: "Records produced to output topics",
+    CHANGELOG_RECORDS: "Records produced to changelog topics",
+    PUNCTUATIONS: "Punctuations run",
+    SUPPRESSION_EMITS: "Results a suppress() released",
+}
+
+
+def dropped(context: Any, reason: str) -> None:
+    """An operator drops the record in process for ``reason`` (:data:`LATE`, :data:`NULL_KEY`):
+    counted in the task's total, by reason, and by node and reason."""
+    metrics = context.metrics
+    metrics.increment(DROPPED_RECORDS)
+    metrics.increment(_BY_REASON[reason])
+    metrics.increment(f"{DROPPED_RECORDS}:{reason}:{context.node_name}")
 
 
 class TaskMetrics:

@@ -39,10 +39,14 @@ class SinkProcessor(FusableProcessor):
         partitioner: StreamPartitioner | None,
         count_metric: bool,
         writer_id: str | None = None,
+        origin: Callable[[], tuple[str, bytes] | None] | None = None,
     ) -> None:
         """``writer_id``: added as a header to every record, for a repartition topic read
-        merged by writer downstream (:mod:`fluvial.processor.completeness`)."""
+        merged by writer downstream (:mod:`fluvial.processor.completeness`). ``origin``: for a
+        repartition topic, gives the header naming the user's record in process
+        (:data:`~fluvial.processor.collector.ORIGIN_HEADER`)."""
         self.topic = topic
+        self.origin = origin
         self.writer_header = (WRITER_HEADER, writer_id.encode()) if writer_id else None
         self.key_serde = key_serde
         self.value_serde = value_serde
@@ -64,6 +68,7 @@ class SinkProcessor(FusableProcessor):
         key_serde, value_serde = self.key_serde, self.value_serde
         inferred = _INFERRED_BY_TYPE
         writer = self.writer_header
+        origin_of = self.origin
 
         def sink(key: Any, value: Any, origin: Record[Any, Any]) -> None:
             # Without a serde, the one for the object's type (looked up here: once per record).
@@ -82,6 +87,10 @@ class SinkProcessor(FusableProcessor):
             out = list(headers) if headers else []
             if writer is not None:
                 out.append(writer)
+            if origin_of is not None:
+                origin_header = origin_of()
+                if origin_header is not None:
+                    out.append(origin_header)
             send(topic, key_bytes, value_bytes, origin.timestamp_ms, out, partition)
             self.produced += 1
 

@@ -19,14 +19,23 @@ from typing import Any, NamedTuple
 
 from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import FluvialError, SerializationError, StreamsError
-from fluvial.processor.collector import ConsumedRecord, RecordCollector, TaskId
+from fluvial.processor.collector import (
+    ORIGIN_HEADER,
+    ConsumedRecord,
+    RecordCollector,
+    TaskId,
+    decode_origin,
+    encode_origin,
+)
 from fluvial.processor.completeness import WriterMergeQueue, WriterState
 from fluvial.processor.context import LiveNode, NodeContext
 from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
     CHANGELOG_RECORDS,
+    DEAD_LETTERS,
     DESERIALIZATION_ERRORS,
     DROPPED_RECORDS,
+    INVALID_TIMESTAMPS,
     PROCESSING_ERRORS,
     PUNCTUATIONS,
     RECORDS_PROCESSED,
@@ -310,6 +319,7 @@ class StreamTask:
                     spec.partitioner,
                     count_metric=not repartition,
                     writer_id=self.writer_id if topic in self.merged_topics else None,
+                    origin=self.origin_header if repartition else None,
                 )
             else:
                 assert isinstance(spec, ProcessorNode) and spec.supplier is not None
@@ -327,9 +337,11 @@ class StreamTask:
         # Per source topic: its serdes and the step its records enter the graph with.
         # With one source topic its times are the stream time's: nothing to track per record.
         tracked = len(self._sources) > 1
+        internal = set(sub.repartition_source_topics)
         self._entries = {
             topic: (source.key_serde, self._value_serde(topic, source), steps[source.name],
-                    topic in self._extractors, self._topic_times[topic] if tracked else None)
+                    topic in self._extractors, self._topic_times[topic] if tracked else None,
+                    topic in internal)
             for topic, source in self._sources.items()
         }  # fmt: skip
         self._initialized = True
@@ -578,7 +590,7 @@ class StreamTask:
                 raw = queue.popleft()
                 taken += 1
                 timestamp = raw.timestamp_ms
-                key_serde, value_serde, entry, extracted, times = entries[topic]
+                key_serde, value_serde, entry, extracted, times, internal = entries[topic]
                 if extracted:
                     # Deserialized and timed when added (see _extract).
                     failure = raw.error  # type: ignore[union-attr]
@@ -619,9 +631,17 @@ class StreamTask:
                     self._current_raw = raw
                     self.current_timestamp_ms = timestamp
                     headers = raw.headers
-                    entry(key, value, Record(key, value, timestamp,
-                                             list(headers) if headers else [], topic,
-                                             partition, offset))  # fmt: skip
+                    if not headers:
+                        headers = []
+                    elif internal:  # fluvial's origin header is no operator's business
+                        headers = (
+                            [] if len(headers) == 1 and headers[0][0] == ORIGIN_HEADER
+                            else [h for h in headers if h[0] != ORIGIN_HEADER]
+                        )  # fmt: skip
+                    else:
+                        headers = list(headers)
+                    entry(key, value, Record(key, value, timestamp, headers, topic, partition,
+                                             offset))  # fmt: skip
                     processed += 1
                 if not single:  # one queue: its offset is recorded once, below
                     consumed[tp] = raw.offset + 1
@@ -700,6 +720,7 @@ class StreamTask:
         self, topic: str, partition: int, raw: ConsumedRecord | ExtractedRecord
     ) -> None:
         log.warning("dropping record %s-%d@%d: negative timestamp", topic, partition, raw.offset)
+        self.metrics.increment(INVALID_TIMESTAMPS)
         self.metrics.increment(DROPPED_RECORDS)
 
     def _deserialization_failed(
@@ -738,21 +759,49 @@ class StreamTask:
         dead_letter_topic = self.config.dead_letter_topic
         if not dead_letter_topic:
             return
-        headers = list(raw.headers) if raw is not None else []
+        headers = []
+        origin = None
+        for name, header in raw.headers if raw is not None else ():
+            if name == ORIGIN_HEADER:
+                origin = decode_origin(header)
+            else:
+                headers.append((name, header))
         headers.append(("fluvial.error", f"{type(exc).__name__}: {exc}".encode()
                         if node is not None else str(exc).encode()))  # fmt: skip
         if node is not None:
             headers.append(("fluvial.node", node.encode()))
         if raw is not None and topic is not None:
+            if origin is not None:
+                # Read from a repartition topic: name the user's record it came from, and the
+                # internal record apart.
+                headers.append(
+                    ("fluvial.repartition", f"{topic}-{partition}@{raw.offset}".encode())
+                )
+                topic, partition, offset = origin
+            else:
+                offset = raw.offset
             headers += [
-                ("fluvial.source", f"{topic}-{partition}@{raw.offset}".encode()),
+                ("fluvial.source", f"{topic}-{partition}@{offset}".encode()),
                 ("fluvial.topic", topic.encode()),
                 ("fluvial.partition", str(partition).encode()),
-                ("fluvial.offset", str(raw.offset).encode()),
+                ("fluvial.offset", str(offset).encode()),
             ]
         key, value = (raw.key, raw.value) if raw is not None else (None, None)
         timestamp = raw.timestamp_ms if raw is not None else self.current_timestamp_ms
         self.collector.send(dead_letter_topic, key, value, timestamp, headers, None)
+        self.metrics.increment(DEAD_LETTERS)
+
+    def origin_header(self) -> tuple[str, bytes] | None:
+        """The :data:`ORIGIN_HEADER` of a record written to a repartition topic now: the
+        user's record in process, or the one it came from through an earlier repartition.
+        None while a punctuator or a commit's cache flush runs (no consumed record's doing)."""
+        topic, raw = self.current_topic, self._current_raw
+        if topic is None or raw is None or self._flushing:
+            return None
+        for name, value in raw.headers or ():
+            if name == ORIGIN_HEADER:
+                return name, value  # type: ignore[return-value]
+        return ORIGIN_HEADER, encode_origin(topic, self.current_partition or 0, raw.offset)
 
     # -- processing errors ------------------------------------------------------------------
     def _guard(self, node: str, work: Callable[..., None]) -> Callable[..., None]:

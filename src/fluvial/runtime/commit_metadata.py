@@ -53,7 +53,8 @@ def check_commit_metadata(
         changelogs = [(topic, last) for topic in sub.changelog_topics().values()]
         states = {(t, last): merged[t] for t in sub.source_topics if t in merged}
         inputs = len(sub.source_topics) if len(sub.source_topics) > 1 else 0
-        size = CommitMetadata.largest(changelogs, states, inputs)
+        written = len(sub.repartition_topics_written() & set(merged))
+        size = CommitMetadata.largest(changelogs, states, inputs, written)
         if size <= OFFSET_METADATA_MAX_BYTES:
             continue
         limit = (f"could pass Kafka's offset.metadata.max.bytes "
@@ -99,6 +100,11 @@ class CommitMetadata:
     # sub-topology's order, when it has several: a windowed operator that a joined table's
     # input cannot reach resumes from its own inputs' time, not the table's.
     input_times: tuple[int, ...] = ()
+    # The progress records (newest input time, read all of its input) the task last sent as a
+    # writer of each merged repartition topic, in the order of the topics it writes, committed
+    # with it: a restart that finds the task where it was sends none again, so an idle
+    # application writes nothing new (fluvial.runtime.progress).
+    progress: tuple[tuple[int, bool], ...] | None = None
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -118,6 +124,8 @@ class CommitMetadata:
             payload["sq"] = self.sequence
         if self.input_times:
             payload["it"] = list(self.input_times)
+        if self.progress is not None:
+            payload["pg"] = [[t, int(c)] for t, c in self.progress]
         if self.writers:
             payload["wr"] = [
                 [t, p, writer, s.high, int(s.idle), s.done]
@@ -150,8 +158,11 @@ class CommitMetadata:
             for t, p, writer, high, idle, done in data.get("wr", []):
                 state = WriterState(int(high), bool(idle), int(done))
                 writers.setdefault((t, int(p)), {})[str(writer)] = state
+            sent = data.get("pg")
+            progress = tuple((int(t), bool(c)) for t, c in sent) if sent is not None else None
             return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers,
-                       int(data.get("sq", 0)), tuple(int(t) for t in data.get("it", ())))  # fmt: skip
+                       int(data.get("sq", 0)), tuple(int(t) for t in data.get("it", ())),
+                       progress)  # fmt: skip
         except (ValueError, TypeError, zlib.error):
             return cls()
 
@@ -161,6 +172,7 @@ class CommitMetadata:
         changelogs: Iterable[tuple[str, int]],
         writers: Mapping[tuple[str, int], list[str]] | None = None,
         inputs: int = 0,
+        progress_topics: int = 0,
     ) -> int:
         """About the longest metadata a task with these changelog partitions, and these writers
         of its merged repartition partitions, can commit: every end and needed offset 19
@@ -180,7 +192,9 @@ class CommitMetadata:
         metadata = cls(wide(), {tp: wide() for tp in tps},
                        {tp: Needed(wide(), -wide(), -wide()) for tp in tps}, True, states,
                        sequence=wide(), input_times=tuple(now + wide(0, 10**9)
-                                                          for _ in range(inputs)))  # fmt: skip
+                                                          for _ in range(inputs)),
+                       progress=tuple((now + wide(0, 10**9), False)
+                                      for _ in range(progress_topics)))  # fmt: skip
         return len(metadata.encode())
 
     @classmethod
@@ -202,6 +216,7 @@ class CommitMetadata:
                     {**best.writers, **candidate.writers},
                     candidate.sequence,
                     candidate.input_times or best.input_times,
+                    candidate.progress if candidate.progress is not None else best.progress,
                 )
         return best
 

@@ -9,6 +9,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fluvial.processor.metrics import DROPPED_RECORDS
+from fluvial.processor.metrics import HELP as TASK_HELP
+
 
 @dataclass
 class WorkerMetrics:
@@ -21,11 +24,15 @@ class WorkerMetrics:
     commits: int = 0
     commit_latency_total_s: float = 0.0
     commit_latency_max_s: float = 0.0
-    dropped_records: int = 0
-    processing_errors: int = 0
-    # Of the dropped records, those skipped because they could not be deserialized (the
-    # rest are late): the status line shows them apart.
-    skipped_records: int = 0
+    # Why records reached no output, one counter per reason (see _WORKER_COUNTERS). Each
+    # counts on over task restarts and slot moves: it never goes down within a run.
+    late_records: int = 0
+    null_key_records: int = 0
+    invalid_timestamps: int = 0
+    undecodable_records: int = 0
+    failed_records: int = 0
+    dead_letters: int = 0
+    unproduced_records: int = 0
     lag: int = 0
     restore_total: int = 0
     restored: int = 0
@@ -65,10 +72,48 @@ _WORKER_COUNTERS = (
     ("commits", "counter", "Commits completed"),
     ("commit_latency_avg_s", "gauge", "Average commit latency in seconds"),
     ("commit_latency_max_s", "gauge", "Maximum commit latency in seconds"),
-    ("dropped_records", "counter", "Records dropped (late, or undeserializable and skipped)"),
-    ("processing_errors", "counter", "Records a user's code raised on, skipped (log_and_continue)"),
-    ("skipped_records", "counter", "Undeserializable records skipped (log_and_continue)"),
-    ("lag", "gauge", "Records behind the end of the input partitions"),
+    (
+        "late_records",
+        "counter",
+        "Records an operator dropped as late: their window, session or join window had closed "
+        "(stream time minus grace), or older than a versioned table's history. Per operator: "
+        'fluvial_node_dropped_records_total{reason="late"}',
+    ),
+    (
+        "null_key_records",
+        "counter",
+        "Records an operator dropped for a null key (or value) it cannot group, window or join",
+    ),
+    ("invalid_timestamps", "counter", "Records skipped for a negative Kafka timestamp"),
+    (
+        "undecodable_records",
+        "counter",
+        "Records skipped because their key or value could not be deserialized or their event "
+        "time extracted (default_deserialization_exception_handler=log_and_continue)",
+    ),
+    (
+        "failed_records",
+        "counter",
+        "Records a user's function or processor raised on, skipped at that operator "
+        "(processing_exception_handler=log_and_continue), dead-lettered or not",
+    ),
+    (
+        "dead_letters",
+        "counter",
+        "Records sent to dead_letter_topic: undecodable ones and those a user's code raised on",
+    ),
+    (
+        "unproduced_records",
+        "counter",
+        "Output or repartition records the producer could not deliver, skipped "
+        "(default_production_exception_handler=continue)",
+    ),
+    (
+        "lag",
+        "gauge",
+        "Records the slot has still to process in its input and repartition partitions, "
+        "fetched or not (held by catch-up completeness included)",
+    ),
     ("restore_total", "counter", "Changelog records to restore"),
     ("restored", "counter", "Changelog records restored"),
     ("stores_to_restore", "gauge", "Store changelog partitions the slot's tasks restore"),
@@ -129,11 +174,41 @@ class WorkerMetricsCollector(Collector):
                     standby.add_metric([self.application_id, str(w.slot), task_id, store], lag)
         yield standby
         task_names = sorted({n for w in workers for m in w.task_metrics.values() for n in m})
-        per_node = [n for n in task_names if ":" in n]  # "processing-errors:NODE"
-        for base in sorted({n.split(":", 1)[0] for n in per_node}):
+        yield from self._node_families(workers, task_names)
+        for name in (n for n in task_names if ":" not in n):
+            family = CounterMetricFamily(
+                "fluvial_task_" + name.replace("-", "_"),
+                TASK_HELP.get(name, f"Task counter {name}"),
+                labels=["application_id", "task"],
+            )
+            for w in workers:
+                for task_id, counters in sorted(w.task_metrics.items()):
+                    family.add_metric([self.application_id, task_id], float(counters.get(name, 0)))
+            yield family
+
+    def _node_families(self, workers: list[WorkerMetrics], names: list[str]) -> Iterator[Metric]:
+        """Per-node counters: "processing-errors:NODE", and "dropped-records:REASON:NODE"
+        as one family with a ``reason`` label (as Kafka Streams' dropped-records)."""
+        per_node = [n for n in names if ":" in n]
+        dropped = DROPPED_RECORDS + ":"
+        reasons = CounterMetricFamily(
+            "fluvial_node_dropped_records",
+            "Records an operator dropped, by node and reason: late (its window, session or join "
+            "window had closed, or older than a versioned table's history) or null-key (a null "
+            "key or value it cannot use)",
+            labels=["application_id", "task", "node", "reason"],
+        )
+        for w in workers:
+            for task_id, counters in sorted(w.task_metrics.items()):
+                for name, count in sorted(counters.items()):
+                    if name.startswith(dropped):
+                        reason, _, node = name[len(dropped) :].partition(":")
+                        reasons.add_metric([self.application_id, task_id, node, reason], count)
+        yield reasons
+        for base in sorted({n.split(":", 1)[0] for n in per_node} - {DROPPED_RECORDS}):
             family = CounterMetricFamily(
                 f"fluvial_node_{base.replace('-', '_')}",
-                f"Node counter {base}",
+                TASK_HELP.get(base, f"Node counter {base}") + ", by node",
                 labels=["application_id", "task", "node"],
             )
             for w in workers:
@@ -142,16 +217,6 @@ class WorkerMetricsCollector(Collector):
                         if name.startswith(base + ":"):
                             node = name.split(":", 1)[1]
                             family.add_metric([self.application_id, task_id, node], float(count))
-            yield family
-        for name in (n for n in task_names if ":" not in n):
-            family = CounterMetricFamily(
-                "fluvial_task_" + name.replace("-", "_"),
-                f"Task counter {name}",
-                labels=["application_id", "task"],
-            )
-            for w in workers:
-                for task_id, counters in sorted(w.task_metrics.items()):
-                    family.add_metric([self.application_id, task_id], float(counters.get(name, 0)))
             yield family
 
 

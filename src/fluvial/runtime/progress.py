@@ -7,9 +7,10 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
   waits for writers that have not written yet;
 - sets its downstream tasks' repartition partitions to be read merged by writer;
 - sends each of its upstream tasks' progress to every partition of the repartition topics the
-  task writes, when it changed, at most every :data:`PROGRESS_INTERVAL_MS`. An idle
-  application writes nothing: a downstream task that restarts finds what it knew of each
-  writer in its commit.
+  task writes, when it changed, at most every :data:`PROGRESS_INTERVAL_MS`. A downstream task
+  that restarts finds what it knew of each writer in its commit, and an upstream task that
+  restarts (on Spark, a slot that moved to another Python worker) finds the progress it last
+  sent in its own, and sends none until its input has told it where it stands.
 
 The progress a task sends on a repartition topic covers only the inputs whose records can
 reach that topic (:meth:`~fluvial.topology.topology.Subtopology.repartition_feeds`): the newest
@@ -107,6 +108,9 @@ class RepartitionProgress:
                   self.writers, sorted(self.merged),
                   {t: self.partitions.get(t) for t in self.writers})  # fmt: skip
         self._at_end: set[tuple[str, int]] = set()
+        # Partitions that gave records or reached their end since the worker started: until
+        # all that feed a topic have, whether the task has read all of them is not known yet.
+        self._seen: set[tuple[str, int]] = set()
         self._sent: dict[tuple[TaskId, str], tuple[int, bool]] = {}
         self._last_round = 0.0
 
@@ -123,9 +127,29 @@ class RepartitionProgress:
     # -- what the consumer says -----------------------------------------------------------------
     def reached_end(self, tp: tuple[str, int]) -> None:
         self._at_end.add(tp)
+        self._seen.add(tp)
 
     def got_records(self, tps: Iterable[tuple[str, int]]) -> None:
         self._at_end.difference_update(tps)
+        self._seen.update(tps)
+
+    def resume(self, task_id: TaskId, sent: tuple[tuple[int, bool], ...] | None) -> None:
+        """The progress ``task_id`` last sent and committed on each topic it writes (in
+        :meth:`sent`'s order), from its commit metadata: the same progress is not sent again."""
+        topics = [t for t, _feeds in self._written.get(task_id.subtopology, ())]
+        if sent is None or len(sent) != len(topics):
+            return  # none, or another layout's: sent afresh
+        for topic, state in zip(topics, sent, strict=True):
+            self._sent[(task_id, topic)] = (int(state[0]), bool(state[1]))
+
+    def sent(self, task_id: TaskId) -> tuple[tuple[int, bool], ...] | None:
+        """The progress ``task_id`` last sent on each merged topic it writes, in the order of
+        those topics, for its commit metadata; None before it sent on each of them."""
+        topics = [t for t, _feeds in self._written.get(task_id.subtopology, ())]
+        states = [self._sent.get((task_id, t)) for t in topics]
+        if not topics or any(s is None for s in states):
+            return None
+        return tuple(s for s in states if s is not None)
 
     # -- progress records -------------------------------------------------------------------------
     def wrote_after_progress(self, task_id: TaskId) -> None:
@@ -146,6 +170,9 @@ class RepartitionProgress:
         self._last_round = now
         sent = False
         for task in tasks:
+            inputs = [(t, task.task_id.partition) for t in task.subtopology.source_topics]
+            if not all(tp in self._seen for tp in inputs):
+                continue  # where it stands is not known yet: saying "behind" would be a write
             for topic, feeds in self._written.get(task.task_id.subtopology, ()):
                 state = writer_progress(task, feeds, self._at_end)
                 if state == self._sent.get((task.task_id, topic)):
@@ -171,6 +198,9 @@ class RepartitionProgress:
         sent = False
         for task in tasks:
             for topic, feeds in self._written.get(task.task_id.subtopology, ()):
+                last = self._sent.get((task.task_id, topic))
+                if last is not None and not last[1]:
+                    continue  # it said so already: saying it again would only write
                 self._send(task, topic, (task.input_time(feeds), False), collector)
                 sent = True
         return sent

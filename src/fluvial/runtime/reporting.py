@@ -11,19 +11,48 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fluvial.processor.collector import TaskId
-from fluvial.processor.metrics import DESERIALIZATION_ERRORS, DROPPED_RECORDS, PROCESSING_ERRORS
+from fluvial.processor.metrics import (
+    DEAD_LETTERS,
+    DESERIALIZATION_ERRORS,
+    INVALID_TIMESTAMPS,
+    LATE_RECORDS,
+    NULL_KEY_RECORDS,
+    PROCESSING_ERRORS,
+)
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import StandbyTasks
 
+#: Worker counter <- the task counter it sums.
+_BY_REASON = {
+    "late_records": LATE_RECORDS,
+    "null_key_records": NULL_KEY_RECORDS,
+    "invalid_timestamps": INVALID_TIMESTAMPS,
+    "undecodable_records": DESERIALIZATION_ERRORS,
+    "failed_records": PROCESSING_ERRORS,
+    "dead_letters": DEAD_LETTERS,
+}
 
-def record_task_counters(metrics: WorkerMetrics, tasks: Mapping[TaskId, StreamTask]) -> None:
-    """Every task's own counters, by task id, and their dropped, failed and skipped records
-    summed."""
-    metrics.dropped_records = sum(t.metrics.get(DROPPED_RECORDS) for t in tasks.values())
-    metrics.processing_errors = sum(t.metrics.get(PROCESSING_ERRORS) for t in tasks.values())
-    metrics.skipped_records = sum(t.metrics.get(DESERIALIZATION_ERRORS) for t in tasks.values())
-    metrics.task_metrics = {str(tid): t.metrics.as_dict() for tid, t in tasks.items()}
+
+def record_task_counters(
+    metrics: WorkerMetrics,
+    tasks: Mapping[TaskId, StreamTask],
+    closed: Mapping[str, Mapping[str, int]] | None = None,
+) -> None:
+    """Every task's own counters, by task id, and their records dropped for each reason summed.
+
+    ``closed``: what tasks counted before they were last closed (a restart from the last
+    commit opens them anew, counting from zero), added so that no counter goes down.
+    """
+    closed = closed or {}
+    per_task: dict[str, dict[str, int]] = {tid: dict(counts) for tid, counts in closed.items()}
+    for tid, task in tasks.items():
+        counts = per_task.setdefault(str(tid), {})
+        for name, count in task.metrics.as_dict().items():
+            counts[name] = counts.get(name, 0) + count
+    metrics.task_metrics = per_task
+    for field, name in _BY_REASON.items():
+        setattr(metrics, field, sum(c.get(name, 0) for c in per_task.values()))
 
 
 def input_lag(

@@ -32,6 +32,7 @@ from fluvial.iq.server import (
 )
 from fluvial.iq.server import serve as start_server
 from fluvial.iq.service import LocalQueryService
+from fluvial.runtime.app_lag import LagWatch
 from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import Application
@@ -46,23 +47,47 @@ STATUS_INTERVAL_S = 0.5
 PLAIN_STATUS_INTERVAL_S = 5.0
 
 
-def status_line(app: Application, started: float) -> str:
+#: Status-line fields of the records that reached no output, by reason (shown when not 0).
+_DROPPED_FIELDS = (
+    ("null_key_records", "null-key"),
+    ("invalid_timestamps", "bad-time"),
+    ("undecodable_records", "undecodable"),
+    ("failed_records", "failed"),
+    ("dead_letters", "dead-letters"),
+    ("unproduced_records", "unproduced"),
+)
+
+
+def status_line(app: Application, started: float, watch: LagWatch | None = None) -> str:
+    """``in … out … commits … lag … late …`` and the other reasons records were dropped.
+
+    ``lag`` is the whole application's (source and repartition topics, from ``watch``) when
+    known, else what the workers measured; "caught up" only when both say nothing is left.
+    """
     totals = summarize(app.metrics())
-    skipped = int(totals.get("skipped_records", 0))
+    lag = int(totals["lag"])
+    whole = watch.latest if watch is not None else None
+    # Until the whole application's lag is read, a worker's own (which knows nothing of records
+    # it has not fetched yet) must not pass for "caught up".
+    lag_text = "lag ?" if watch is not None and whole is None else f"lag {lag:,}"
+    if whole is not None:
+        lag = max(lag, whole.total)
+        lag_text = f"lag {lag:,}" + ("+" if not all(p.exact for p in whole.partitions) else "")
+        if lag == 0 and whole.caught_up:
+            lag_text = "lag 0 (caught up)"
     line = (
         f"in {int(totals['records_in']):,}  out {int(totals['records_out']):,}  "
-        f"commits {int(totals['commits']):,}  lag {int(totals['lag']):,}  "
-        f"dropped-late {int(totals['dropped_records']) - skipped:,}"
+        f"commits {int(totals['commits']):,}  {lag_text}  "
+        f"late {int(totals['late_records']):,}"
     )
-    if skipped:
-        line += f"  skipped {skipped:,}"
+    for name, label in _DROPPED_FIELDS:
+        if totals[name]:
+            line += f"  {label} {int(totals[name]):,}"
     stores, done = int(totals["stores_to_restore"]), int(totals["stores_restored"])
     if done < stores:
         line += f"  restoring {done} of {stores} stores"
         if totals["restore_total"]:
             line += f" ({int(totals['restored']):,} of {int(totals['restore_total']):,} records)"
-    if totals["processing_errors"]:
-        line += f"  errors {int(totals['processing_errors']):,}"
     return line + f"  [{time.monotonic() - started:.0f}s]"
 
 
@@ -261,24 +286,27 @@ def run_application(
         "Ctrl-C commits and stops",
         highlight=False,
     )
+    watch = LagWatch(topology, config).start() if live else None
     try:
         if live and console.is_terminal:
-            with console.status(status_line(app, started)) as status:
+            with console.status(status_line(app, started, watch)) as status:
                 while not app.wait(STATUS_INTERVAL_S):
-                    status.update(status_line(app, started))
+                    status.update(status_line(app, started, watch))
                     endpoints.check_reader(console)
         else:
             last = time.monotonic()
             while not app.wait(STATUS_INTERVAL_S):
                 endpoints.check_reader(console)
                 if live and time.monotonic() - last >= PLAIN_STATUS_INTERVAL_S:
-                    console.print(status_line(app, started), highlight=False)
+                    console.print(status_line(app, started, watch), highlight=False)
                     last = time.monotonic()
     finally:
         run_in_thread(app.close)
         endpoints.stop()
+        if watch is not None:
+            watch.stop()
         stopper.done()  # stopped in time: the deadline no longer applies
-    console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)
+    console.print(f"fluvial: stopped. {status_line(app, started, watch)}", highlight=False)
     if app.errors:
         console.print(f"[bold red]error:[/] {app.errors[0]}", highlight=False, soft_wrap=True)
         return 1

@@ -124,6 +124,9 @@ class Worker:
         self._last_commit = time.monotonic()
         self._purge = RepartitionPurge(config)
         self._records_out_base = 0
+        self._unproduced_base = 0
+        # What tasks counted before they were closed: a restart counts on from there.
+        self._closed_task_counts: dict[str, dict[str, int]] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._repartition_topics: set[str] = set()
         self._changelog_committed: dict[tuple[str, int], int] = {}
@@ -171,6 +174,7 @@ class Worker:
         )
         # The collector counts its own sends; a restarted worker's count goes on from here.
         self._records_out_base = self.metrics.records_out
+        self._unproduced_base = self.metrics.unproduced_records
         settings = consumer_settings(self.config, client_suffix=f"-{self.slot}")
         # A partition's end tells a task it may go on without it (StreamTask.reached_end), and
         # "read all of its input" is part of a task's progress (fluvial.runtime.progress).
@@ -283,6 +287,8 @@ class Worker:
                 )
                 self._changelog_committed.update(metadata.changelog_ends)
                 self._metadata_committed[task_id] = metadata
+                if progress is not None:
+                    progress.resume(task_id, metadata.progress)
                 self._horizons.update(horizons)
                 task.initialize()
                 self.tasks[task_id] = task
@@ -315,6 +321,7 @@ class Worker:
             # results to processors and to a transaction that is being abandoned.
             for task in self.tasks.values():
                 task.close(clean=clean)
+            self._fold_task_counts()
             for state in self.task_states.values():
                 state.close(clean=clean)
             self.tasks.clear()
@@ -482,6 +489,7 @@ class Worker:
                 self._dirty = True
         assert self._collector is not None
         self.metrics.records_out = self._records_out_base + self._collector.records_out
+        self.metrics.unproduced_records = self._unproduced_base + self._collector.skipped_errors
 
     def _commit_due(self) -> bool:
         elapsed_ms = (time.monotonic() - self._last_commit) * 1000
@@ -610,7 +618,14 @@ class Worker:
         for task_id, task in self.tasks.items():
             task_offsets = task.committable_offsets()
             if not task_offsets:
-                continue
+                # Nothing read since the task was opened, yet its metadata may have changed
+                # (the progress it sent as a writer): it goes with the offsets last committed.
+                # Left out, a task opened anew in every Spark lease would send that progress
+                # again in each one.
+                inputs = [(t, task_id.partition) for t in task.subtopology.source_topics]
+                task_offsets = {tp: self._committed[tp] for tp in inputs if tp in self._committed}
+                if not task_offsets:
+                    continue
             last = self._metadata_committed.get(task_id, CommitMetadata())
             current = self._metadata(task, last.sequence)
             if current == last and all(
@@ -633,14 +648,24 @@ class Worker:
             if tp in self._horizons
         }
         writers = task.writer_states()
+        sent = self._progress.sent(task.task_id) if self._progress is not None else None
         return CommitMetadata(task.stream_time, ends, needed, True, writers, sequence,
-                              task.input_times())  # fmt: skip
+                              task.input_times(), sent)  # fmt: skip
 
     # -- metrics ----------------------------------------------------------------------------
 
+    def _fold_task_counts(self) -> None:
+        """Keep what the tasks counted: they are opened anew (from zero) on a restart."""
+        if not self.tasks:
+            return
+        record_task_counters(self.metrics, self.tasks, self._closed_task_counts)
+        self._closed_task_counts = self.metrics.task_metrics
+
     def _refresh_metrics(self) -> None:
         assert self._consumer is not None
-        record_task_counters(self.metrics, self.tasks)
+        record_task_counters(self.metrics, self.tasks, self._closed_task_counts)
+        if self._collector is not None:
+            self.metrics.unproduced_records = self._unproduced_base + self._collector.skipped_errors
         self.metrics.lag = input_lag(self._consumer, self._task_by_tp, self.metrics.lag)
         self.refresh_standby_lag()
         if self.on_progress is not None:

@@ -42,7 +42,7 @@ from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
 from fluvial.spark.fencing import LeaseFencing, fatal_error
-from fluvial.spark.progress import LeaseProgress
+from fluvial.spark.progress import COUNTERS, LeaseProgress
 from fluvial.spark.slots import AppSource, LeasePlan, LeaseResult, lease_partition
 from fluvial.topology.topology import Topology
 
@@ -65,11 +65,6 @@ LOCAL_TASK_ATTEMPTS = 4
 MAX_FAILED_LEASES = 5
 #: JVM options of the engine's own Spark driver (see ``_start_spark``).
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-# Counters a slot reports while its lease runs (fluvial.spark.progress).
-_LIVE_COUNTERS = (
-    "records_in", "records_processed", "records_out", "commits", "commit_latency_total_s",
-    "dropped_records", "restore_total", "restored", "standby_applied",
-)  # fmt: skip
 
 
 class SpeculationError(ConfigError):
@@ -181,6 +176,9 @@ class SparkApplication:
         self._source_broadcast: Any = None
         self._expected: dict[int, str] = {}
         self._slot_metrics: dict[int, WorkerMetrics] = {}
+        # Each task's counters over every lease, slot and Worker that ran it: tasks move
+        # between slots and executors, and what each ran of them adds up.
+        self._task_totals: dict[str, dict[str, int]] = {}
         #: Where each slot answered interactive queries in its last lease.
         self.query_endpoints: dict[int, str] = {}
         self._failed_in_a_row = 0
@@ -459,7 +457,12 @@ class SparkApplication:
                 partial(lease_partition, plan, self._source_broadcast)
             ).collect()
         except Exception as error:
-            self._in_flight = None
+            with self._metrics_lock:
+                # What the lease's attempts did before it failed still counts (a counter never
+                # goes down): the slots' last reports are all that is left of it.
+                for slot in self.layout:
+                    self._add_counters(slot, self._earlier_attempts(slot, None))
+                self._in_flight = None
             if self.stop_event.is_set():
                 return []
             self._lease_failed(error)
@@ -503,8 +506,24 @@ class SparkApplication:
             )
         time.sleep(min(10.0, 1.0 * self._failed_in_a_row))
 
+    def _earlier_attempts(self, slot: int, attempt: int | None) -> dict[str, float]:
+        if self._progress is None:
+            return {}
+        return self._progress.earlier_attempts(slot, self.leases, attempt)
+
+    def _add_counters(self, slot: int, counters: dict[str, float]) -> None:
+        metrics = self._slot_metrics.setdefault(slot, WorkerMetrics(slot))
+        for name, value in counters.items():
+            setattr(metrics, name, type(getattr(metrics, name))(getattr(metrics, name) + value))
+
     def _record(self, result: LeaseResult) -> None:
         metrics = self._slot_metrics.setdefault(result.slot, WorkerMetrics(result.slot))
+        # Attempts Spark ran again within the lease counted too, as they last reported.
+        self._add_counters(result.slot, self._earlier_attempts(result.slot, result.attempt))
+        for task, counts in result.task_metrics.items():
+            totals = self._task_totals.setdefault(task, {})
+            for name, count in counts.items():
+                totals[name] = totals.get(name, 0) + count
         for name, value in result.metrics.items():
             if name in ("lag", "standby_lag", "stores_to_restore", "stores_restored"):
                 setattr(metrics, name, int(value))
@@ -514,7 +533,6 @@ class SparkApplication:
                 metrics.commit_latency_total_s += value
             else:
                 setattr(metrics, name, getattr(metrics, name) + int(value))
-        metrics.task_metrics = result.task_metrics
         metrics.standby_lags = result.standby_lags
         self._lag_known.add(result.slot)
 
@@ -564,6 +582,11 @@ class SparkApplication:
             found = []
             for slot in slots:
                 metrics = copy.deepcopy(self._slot_metrics.get(slot) or WorkerMetrics(slot))
+                metrics.task_metrics = {
+                    str(task): dict(self._task_totals[str(task)])
+                    for task in self.layout.get(slot, [])
+                    if str(task) in self._task_totals
+                }
                 live = self._progress.current(slot, lease) if self._progress and lease else None
                 if live is not None:
                     _add_live(metrics, live)
@@ -651,7 +674,7 @@ class _Background:
 
 def _add_live(metrics: WorkerMetrics, live: dict[str, float]) -> None:
     """Add what a slot reported of the lease in flight to the metrics of the leases before."""
-    for name in _LIVE_COUNTERS:
+    for name in COUNTERS:
         setattr(
             metrics, name, type(getattr(metrics, name))(getattr(metrics, name) + live.get(name, 0))
         )

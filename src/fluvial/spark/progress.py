@@ -34,10 +34,33 @@ REPORT_INTERVAL_S = 0.25
 CONNECT_TIMEOUT_S = 2.0
 _MAX_LINE = 64 * 1024
 
+#: What a slot reports (live and when its lease ends): counters, as differences since the lease
+#: began, which the driver adds up over leases, attempts and slots, and gauges, as they are now.
+COUNTERS = (
+    "records_in",
+    "records_processed",
+    "records_out",
+    "commits",
+    "commit_latency_total_s",
+    "late_records",
+    "null_key_records",
+    "invalid_timestamps",
+    "undecodable_records",
+    "failed_records",
+    "dead_letters",
+    "unproduced_records",
+    "copartition_mismatches",
+    "restore_total",
+    "restored",
+    "standby_applied",
+)
+GAUGES = ("lag", "commit_latency_max_s", "standby_lag", "stores_to_restore", "stores_restored")
+
 
 @dataclass
 class Report:
     lease: int
+    attempt: int
     metrics: dict[str, float]
     at: float
 
@@ -49,7 +72,9 @@ class LeaseProgress:
         self.token = secrets.token_hex(16)
         self._stopping = stopping
         self._lock = threading.Lock()
-        self._reports: dict[int, Report] = {}
+        # Per slot, the last report of each attempt of its newest lease: Spark may run a slot
+        # task again within a lease, and what an earlier attempt counted still counts.
+        self._reports: dict[int, dict[int, Report]] = {}
         progress = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -80,6 +105,7 @@ class LeaseProgress:
             message = json.loads(line)
             token = str(message["token"])
             slot, lease = int(message["slot"]), int(message["lease"])
+            attempt = int(message.get("attempt", 0))
             metrics = {str(k): float(v) for k, v in message["metrics"].items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             return False
@@ -87,17 +113,38 @@ class LeaseProgress:
             return False
         with self._lock:
             known = self._reports.get(slot)
-            if known is None or known.lease <= lease:
-                self._reports[slot] = Report(lease, metrics, time.monotonic())
+            newest = max((r.lease for r in known.values()), default=lease) if known else lease
+            if known is None or newest < lease:
+                known = self._reports[slot] = {}
+            if newest <= lease:
+                known[attempt] = Report(lease, attempt, metrics, time.monotonic())
         return True
 
     def current(self, slot: int, lease: int) -> dict[str, float] | None:
-        """What ``slot`` reported of ``lease`` so far, if anything."""
+        """What ``slot`` reported of ``lease`` so far, if anything: its counters summed over
+        the lease's attempts, its gauges as the newest attempt has them."""
         with self._lock:
-            report = self._reports.get(slot)
-        if report is None or report.lease != lease:
+            reports = [r for r in self._reports.get(slot, {}).values() if r.lease == lease]
+        if not reports:
             return None
-        return report.metrics
+        reports.sort(key=lambda r: r.attempt)
+        merged = dict(reports[-1].metrics)
+        for report in reports[:-1]:
+            for name in COUNTERS:
+                merged[name] = merged.get(name, 0.0) + report.metrics.get(name, 0.0)
+        return merged
+
+    def earlier_attempts(self, slot: int, lease: int, attempt: int | None) -> dict[str, float]:
+        """The counters of the attempts of ``lease`` other than ``attempt`` (None: all of them),
+        as they last reported: work a failed attempt did, which its lease's result leaves out."""
+        with self._lock:
+            reports = [r for r in self._reports.get(slot, {}).values()
+                       if r.lease == lease and r.attempt != attempt]  # fmt: skip
+        total: dict[str, float] = {}
+        for report in reports:
+            for name in COUNTERS:
+                total[name] = total.get(name, 0.0) + report.metrics.get(name, 0.0)
+        return total
 
     def close(self) -> None:
         self._server.shutdown()
@@ -115,6 +162,7 @@ class ProgressReporter:
         *,
         slot: int,
         lease: int,
+        attempt: int = 0,
         snapshot: Callable[[], dict[str, float] | None],
         stop: threading.Event,
     ) -> None:
@@ -123,6 +171,7 @@ class ProgressReporter:
         self._token = token
         self._slot = slot
         self._lease = lease
+        self._attempt = attempt
         self._snapshot = snapshot
         self.stop = stop
         self._done = threading.Event()
@@ -157,7 +206,7 @@ class ProgressReporter:
             self._sock = socket.create_connection(self._target, timeout=CONNECT_TIMEOUT_S)
             self._reader = self._sock.makefile("rb")
         message = {"token": self._token, "slot": self._slot, "lease": self._lease,
-                   "metrics": metrics}  # fmt: skip
+                   "attempt": self._attempt, "metrics": metrics}  # fmt: skip
         self._sock.sendall(json.dumps(message).encode() + b"\n")
         answer = self._reader.readline()
         if not answer:

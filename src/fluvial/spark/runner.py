@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fluvial.config import StreamsConfig
+from fluvial.runtime.app_lag import LagWatch
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.runner import (
     PLAIN_STATUS_INTERVAL_S,
@@ -100,22 +101,25 @@ def run_spark_application(
         highlight=False,
         soft_wrap=True,
     )
+    watch = LagWatch(app.topology, app.config).start() if live else None
     try:
         if live and console.is_terminal:
-            with console.status(status_line(app, started)) as status:  # type: ignore[arg-type]
+            with console.status(status_line(app, started, watch)) as status:  # type: ignore[arg-type]
                 while not app.wait(STATUS_INTERVAL_S):
-                    status.update(status_line(app, started))  # type: ignore[arg-type]
+                    status.update(status_line(app, started, watch))  # type: ignore[arg-type]
         else:
             last = time.monotonic()
             while not app.wait(STATUS_INTERVAL_S):
                 if live and time.monotonic() - last >= PLAIN_STATUS_INTERVAL_S:
-                    console.print(status_line(app, started), highlight=False)  # type: ignore[arg-type]
+                    console.print(status_line(app, started, watch), highlight=False)  # type: ignore[arg-type]
                     last = time.monotonic()
     finally:
         run_in_thread(app.close)
         endpoints.stop()
+        if watch is not None:
+            watch.stop()
         stopper.done()  # stopped in time: the deadline no longer applies
-    console.print(f"fluvial: stopped. {status_line(app, started)}", highlight=False)  # type: ignore[arg-type]
+    console.print(f"fluvial: stopped. {status_line(app, started, watch)}", highlight=False)  # type: ignore[arg-type]
     if app.errors:
         console.print(f"[bold red]error:[/] {app.errors[0]}", highlight=False, soft_wrap=True)
         return 1

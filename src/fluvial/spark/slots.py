@@ -51,6 +51,8 @@ from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import copies_worth_taking, standby_root
 from fluvial.runtime.worker import Worker
 from fluvial.spark.fencing import check_current_driver, fatal_slot_error
+from fluvial.spark.progress import COUNTERS as _COUNTERS
+from fluvial.spark.progress import GAUGES as _GAUGES
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -64,22 +66,6 @@ STANDBY_HANDOFF_TIMEOUT_S = 10.0
 JANITOR_INTERVAL_S = 0.1
 # How long a lease's end waits for its query endpoint to start (a side service).
 SERVE_START_TIMEOUT_S = 30.0
-
-_COUNTERS = (
-    "records_in",
-    "records_processed",
-    "records_out",
-    "commits",
-    "commit_latency_total_s",
-    "dropped_records",
-    "processing_errors",
-    "copartition_mismatches",
-    "skipped_records",
-    "restore_total",
-    "restored",
-    "standby_applied",
-)
-_GAUGES = ("lag", "commit_latency_max_s", "standby_lag", "stores_to_restore", "stores_restored")
 
 
 @dataclass(frozen=True)
@@ -222,8 +208,8 @@ def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> Le
         from fluvial.spark.progress import ProgressReporter
 
         reporter = ProgressReporter(plan.progress_address, plan.progress_token, slot=slot,
-                                    lease=plan.lease, snapshot=partial(_progress, live),
-                                    stop=stop)  # fmt: skip
+                                    lease=plan.lease, attempt=attempt,
+                                    snapshot=partial(_progress, live), stop=stop)  # fmt: skip
     try:
         result = _run_lease(plan, source, config, slot, attempt, started, live, stop)
         result.began = began
@@ -260,6 +246,7 @@ def _run_lease(
     )
     server.start()
     before = {n: 0.0 for n in _COUNTERS} if not reused else _snapshot(worker.metrics)
+    tasks_before = {t: dict(c) for t, c in worker.metrics.task_metrics.items()} if reused else {}
     live.update(worker=worker, before=before, running=True)
     start_seconds = time.monotonic() - started
     try:
@@ -296,7 +283,7 @@ def _run_lease(
         seconds=time.monotonic() - started,
         start_seconds=start_seconds,
         metrics=metrics,
-        task_metrics=dict(worker.metrics.task_metrics),
+        task_metrics=_task_deltas(worker.metrics.task_metrics, tasks_before),
         query_endpoint=query_endpoint,
         standby_lags=dict(worker.metrics.standby_lags),
     )
@@ -680,6 +667,19 @@ def _close(worker: Worker, *, clean: bool) -> None:
         worker.close(clean=clean)
     except Exception as error:  # closing is best effort: the next holder fences anyway
         log.warning("closing slot %d: %s", worker.slot, error)
+
+
+def _task_deltas(
+    now: dict[str, dict[str, int]], before: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """What each task counted in this lease: the driver adds them up over leases and slots."""
+    deltas = {}
+    for task, counts in now.items():
+        earlier = before.get(task, {})
+        changed = {n: c - earlier.get(n, 0) for n, c in counts.items() if c != earlier.get(n, 0)}
+        if changed:
+            deltas[task] = changed
+    return deltas
 
 
 def _snapshot(metrics: WorkerMetrics) -> dict[str, float]:
