@@ -148,7 +148,7 @@ class StreamTask:
         # Counted as plain ints on the hot path; the metrics read them when asked.
         self.processed = 0
         self.metrics.register(RECORDS_PROCESSED, lambda: self.processed)
-        self._entries: dict[str, tuple[Any, Any, Step, bool]] = {}
+        self._entries: dict[str, tuple[Any, Any, Step, bool, list[int] | None, bool]] = {}
         self.stream_time = -1  # unknown until the first record
         # Wall-clock punctuators first fire one interval after the wall-clock time they were
         # scheduled at. Until a runtime reports the time, schedules count from 0 and are moved
