@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from fluvial import children
 from fluvial.jvm import java_executable, resolve_jars
+from fluvial.spark.class_archive import driver_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +29,9 @@ def local_spark_session(
     """A SparkSession (``local[*]`` by default) that can read and write Kafka.
 
     The connector jars (``spark-sql-kafka-0-10`` matching pyspark, with its dependencies) are
-    resolved from Maven Central once and passed as ``spark.jars``. Memory stays modest so that a
+    resolved from Maven Central once and passed as ``spark.jars``. The driver JVM maps the
+    class-data archive set-up made, when there is one for this Java and Spark
+    (:mod:`fluvial.spark.class_archive`). Memory stays modest so that a
     local Kafka and Spark fit side by side on a small machine. Speculation stays off: a
     speculative copy of a side-effecting task would be a zombie writer.
     """
@@ -58,7 +61,14 @@ def local_spark_session(
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_SQL_REDACTION_OPTIONS_REGEX)
     )
-    for key, value in (extra_conf or {}).items():
+    conf = dict(extra_conf or {})
+    # The driver JVM maps the classes set-up archived for this Java and these jars (about half
+    # its start), before the caller's own options so that theirs win.
+    archived = driver_options(conf)
+    if archived:
+        own = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = " ".join([*archived, own]).strip()
+    for key, value in conf.items():
         builder = builder.config(key, value)
     # PySpark starts the JVM with a copy of this process's environment, and on a local master
     # the executors' Python workers inherit the JVM's: fluvial's secrets stay out of both (this
