@@ -117,7 +117,15 @@ def check_archive(java: str, archive: Path, class_path: str) -> None:
     """Raise unless a JVM with ``class_path`` maps ``archive`` (``-Xshare:on`` makes any
     archive it cannot use an error: a truncated one, another Java's, another class path's)."""
     result = children.run(
-        [java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", class_path, "-version"],
+        [
+            java,
+            "-Xshare:on",
+            f"-XX:SharedArchiveFile={archive}",
+            "-XX:ErrorFile=/dev/null",
+            "-cp",
+            class_path,
+            "-version",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=CHECK_TIMEOUT_S,
