@@ -10,7 +10,9 @@ The breakdown comes from what any user sees: the lines ``fluvial run`` prints (i
 line once the application is loaded; on Spark, the tasks line once the session is up) and,
 on Spark, the lease log (``<state_dir>/<application_id>/leases.jsonl``): when the first lease
 began, when each slot's task began, and how long the slot took to start its Worker (fence,
-restore, seek). Every time is measured from the launch of the command.
+restore, seek). Every time is measured from the launch of the command. The CPU seconds of
+``fluvial run``'s process tree (its JVM and Python workers, sampled from ``/proc``) are taken
+at each phase's end too: on a busy machine they move much less than the seconds do.
 """
 
 from __future__ import annotations
