@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -42,7 +43,7 @@ def java_executable() -> str:
             f"Java {MIN_JAVA}+ is required to run Kafka and Spark but no 'java' was found: "
             "install OpenJDK 17 (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
         )
-    out = children.run([java, "-version"], capture_output=True, text=True).stderr
+    out = java_version(java)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(match.group(1)) if match else 0
     if major == 1 and match and match.group(2):  # "1.8.0" style
@@ -53,6 +54,12 @@ def java_executable() -> str:
             "install OpenJDK 17 or point JAVA_HOME at one"
         )
     return java
+
+
+@functools.lru_cache(maxsize=8)
+def java_version(java: str) -> str:
+    """What ``java -version`` says (the build too), asked once per process."""
+    return children.run([java, "-version"], capture_output=True, text=True).stderr
 
 
 def maven_executable() -> str:
@@ -118,11 +125,16 @@ def classpath(jars: list[Path]) -> str:
 
 
 def main() -> None:
-    """``python -m fluvial.jvm``: resolve every bundled pom now (set-up and CI use it)."""
+    """``python -m fluvial.jvm``: resolve every bundled pom now (set-up and CI use it), then
+    make the class-data archive of Spark's driver JVM."""
     java_executable()
     for pom in ("kafka.xml", "spark-kafka.xml"):
         jars = resolve_jars(pom)
         print(f"{pom}: {len(jars)} jars in {jars[0].parent}")
+    # Last, since it starts Spark with the jars above; a failure is said, never raised.
+    from fluvial.spark.class_archive import make_driver_archive
+
+    make_driver_archive()
 
 
 if __name__ == "__main__":

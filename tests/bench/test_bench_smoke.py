@@ -68,6 +68,12 @@ def test_startup_bench_times_the_first_committed_output_on_spark(bootstrap_serve
     assert phases["loaded"] < phases["lease"] < phases["task"]
     assert phases["output"] == run["first_output_s"] > phases["loaded"] > 0
     assert 0 < run["stop_s"] < 60
+    # The CPU seconds of fluvial run's processes by each phase's end only grow; Spark's
+    # session (its JVM) uses some.
+    cpu = run["cpu_s"]
+    assert set(cpu) == set(phases)
+    assert 0 < cpu["loaded"] < cpu["session"] <= cpu["task"] <= cpu["output"]
+    assert data["systems"]["fluvial"]["summary"]["cpu_s"]["total"]["median"] == cpu["output"]
     assert any(line.startswith("first committed output") for line in lines)
     assert (
         data["systems"]["fluvial"]["summary"]["first_output_s"]["median"] == run["first_output_s"]

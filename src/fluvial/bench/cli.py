@@ -512,16 +512,19 @@ def startup(
     for name, system in data["systems"].items():
         summary = system["summary"]
         first = summary["first_output_s"]
-        table = Table("phase (ends when)", "median s", "min s", "max s",
+        table = Table("phase (ends when)", "median s", "min s", "max s", "median CPU s",
                       title=f"{name}: {summary['runs']} run(s)")  # fmt: skip
+        cpu = summary.get("cpu_s", {})
         for key, what in SPARK_PHASES:
             if key in summary["phases"]:
                 span = summary["phases"][key]
+                used = f"{cpu[key]['median']:.2f}" if key in cpu else ""
                 table.add_row(what, f"{span['median']:.2f}", f"{span['min']:.2f}",
-                              f"{span['max']:.2f}")  # fmt: skip
+                              f"{span['max']:.2f}", used)  # fmt: skip
+        total = f"[bold]{cpu['total']['median']:.2f}[/]" if "total" in cpu else ""
         table.add_row("[bold]first committed output, from launch[/]",
                       f"[bold]{first['median']:.2f}[/]", f"{first['min']:.2f}",
-                      f"{first['max']:.2f}")  # fmt: skip
+                      f"{first['max']:.2f}", total)  # fmt: skip
         out.print(table)
     if json_out is not None:
         data = {"environment": describe(), "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),

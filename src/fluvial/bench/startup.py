@@ -10,7 +10,9 @@ The breakdown comes from what any user sees: the lines ``fluvial run`` prints (i
 line once the application is loaded; on Spark, the tasks line once the session is up) and,
 on Spark, the lease log (``<state_dir>/<application_id>/leases.jsonl``): when the first lease
 began, when each slot's task began, and how long the slot took to start its Worker (fence,
-restore, seek). Every time is measured from the launch of the command.
+restore, seek). Every time is measured from the launch of the command. The CPU seconds of
+``fluvial run``'s process tree (its JVM and Python workers, sampled from ``/proc``) are taken
+at each phase's end too: on a busy machine they move much less than the seconds do.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial import children
+from fluvial.bench.measure import ProcessTree
 from fluvial.kafka import LocalKafka, free_port
 from fluvial.kafka.admin import TopicSpec, create_topics
 
@@ -149,6 +152,10 @@ def run_once(
     env = {"PYTHONPATH": str(source)} if source is not None else {}
     proc = children.popen(cmd, keep=children.own_secrets(), extra_env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    # CPU seconds of fluvial run's process tree (its JVM, Python workers) by each phase's end:
+    # less sensitive to a busy machine than the seconds.
+    tree = ProcessTree(proc.pid, interval_s=0.1)
+    tree.start()
 
     def pump() -> None:
         assert proc.stderr is not None
@@ -166,6 +173,8 @@ def run_once(
             if message is not None and message.error() is None:
                 first = time.monotonic() - launched
                 break
+        tree.sample()
+        tree.stop()
         stopping = time.monotonic()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -177,6 +186,7 @@ def run_once(
             stop_s = time.monotonic() - stopping
         reader.join(5)
     finally:
+        tree.stop()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -191,6 +201,7 @@ def run_once(
     phases["output"] = first
     run = {"first_output_s": round(first, 3), "stop_s": round(stop_s or 0.0, 3),
            "phases": {k: round(v, 3) for k, v in phases.items()},
+           "cpu_s": {k: round(tree.cpu_at(launched_wall + v), 2) for k, v in phases.items()},
            "load_average": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     shutil.rmtree(state_dir, ignore_errors=True)
     app_file.unlink(missing_ok=True)
@@ -228,12 +239,31 @@ def format_run(run: dict[str, Any], engine: str) -> str:
             parts.append(f"{key} {phases[key]:.2f} (+{phases[key] - before:.2f})")
             before = phases[key]
     load = run["load_average"][0]
+    cpu = _spans(run.get("cpu_s", {}), engine)
+    said = "".join(f", {key} {cpu[key]:.2f}" for key in ("session", "task") if key in cpu)
+    total = f"CPU s: total {run['cpu_s']['output']:.2f}{said}  |  " if cpu else ""
     return (f"first committed output {run['first_output_s']:.2f} s  |  " + "  ".join(parts)
-            + f"  |  stop {run['stop_s']:.2f} s, load {load:.2f}")  # fmt: skip
+            + f"  |  {total}stop {run['stop_s']:.2f} s, load {load:.2f}")  # fmt: skip
+
+
+def _spans(ends: dict[str, float], engine: str) -> dict[str, float]:
+    """Each phase's own share of ``ends`` (a quantity measured at each phase's end)."""
+    spans, before = {}, 0.0
+    for key, _ in SPARK_PHASES if engine == "spark" else LOCAL_PHASES:
+        if key in ends:
+            spans[key] = ends[key] - before
+            before = ends[key]
+    return spans
+
+
+def _median_range(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}  # fmt: skip
 
 
 def summarize(runs: list[dict[str, Any]], engine: str) -> dict[str, Any]:
-    """Median, lowest and highest of the first output and of each phase's own duration."""
+    """Median, lowest and highest of the first output, of each phase's own duration, and of
+    the CPU seconds each phase used (``cpu_s``; ``total`` is by the first output)."""
     firsts = [r["first_output_s"] for r in runs]
     summary: dict[str, Any] = {
         "runs": len(runs),
@@ -243,18 +273,17 @@ def summarize(runs: list[dict[str, Any]], engine: str) -> dict[str, Any]:
             "max": max(firsts),
         },  # fmt: skip
         "phases": {},
+        "cpu_s": {},
     }
-    keys = [k for k, _ in (SPARK_PHASES if engine == "spark" else LOCAL_PHASES)]
-    for i, key in enumerate(keys):
-        spans = []
-        for run in runs:
-            phases = run["phases"]
-            earlier = [phases[k] for k in keys[:i] if k in phases]
-            if key in phases:
-                spans.append(phases[key] - (earlier[-1] if earlier else 0.0))
-        if spans:
-            summary["phases"][key] = {"median": round(statistics.median(spans), 3),
-                                      "min": round(min(spans), 3), "max": round(max(spans), 3)}  # fmt: skip
+    for field, values in (("phases", "phases"), ("cpu_s", "cpu_s")):
+        spans = [_spans(run.get(values, {}), engine) for run in runs]
+        for key, _ in SPARK_PHASES if engine == "spark" else LOCAL_PHASES:
+            found = [span[key] for span in spans if key in span]
+            if found:
+                summary[field][key] = _median_range(found)
+    totals = [run["cpu_s"]["output"] for run in runs if "output" in run.get("cpu_s", {})]
+    if totals:
+        summary["cpu_s"]["total"] = _median_range(totals)
     return summary
 
 

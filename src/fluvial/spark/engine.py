@@ -170,7 +170,9 @@ class SparkApplication:
         #: Standby tasks per slot (``num_standby_replicas``), never on a task's active slot.
         self.standby_layout: dict[int, list[TaskId]] = {}
         self.generation = 0
-        self._spark = spark
+        # Only the context is used: leases are RDD jobs. Without a session of the user's, the
+        # engine starts a bare context (no Spark SQL set-up to pay for).
+        self._context: SparkContext | None = spark.sparkContext if spark is not None else None
         self._owns_spark = spark is None
         self._rdd: RDD[int] | None = None
         self._source_broadcast: Any = None
@@ -208,13 +210,13 @@ class SparkApplication:
 
     @property
     def sc(self) -> SparkContext:
-        assert self._spark is not None, "start() first"
-        return self._spark.sparkContext
+        assert self._context is not None, "start() first"
+        return self._context
 
     @property
     def ui_url(self) -> str | None:
         """The Spark UI's address, when it is on."""
-        if self._spark is None:
+        if self._context is None:
             return None
         return self.sc.uiWebUrl
 
@@ -225,7 +227,7 @@ class SparkApplication:
         # Spark's JVM takes seconds to start: it starts beside the driver's own checks and
         # preparations. A check that fails stops the run at once; the JVM is stopped behind
         # it (and exits with this process in any case).
-        starting = _Background(self._start_spark) if self._spark is None else None
+        starting = _Background(self._start_spark) if self._context is None else None
         try:
             check_commit_metadata(self.topology, self.config)
             # Every user topic checked (sources, outputs, co-partitioning), the deployment
@@ -245,10 +247,10 @@ class SparkApplication:
             self._fencing.claim()
         except BaseException:
             if starting is not None:
-                starting.discard(lambda spark: spark.stop())
+                starting.discard(lambda sc: sc.stop())
             raise
         if starting is not None:
-            self._spark = starting.result()
+            self._context = starting.result()
         check_no_speculation(dict(self.sc.getConf().getAll()))
         host = self.sc.getConf().get("spark.driver.host") or "127.0.0.1"
         self._progress = LeaseProgress(host, self.stop_event)
@@ -259,8 +261,8 @@ class SparkApplication:
         self._thread = threading.Thread(target=self._run, name="fluvial-leases", daemon=True)
         self._thread.start()
 
-    def _start_spark(self) -> SparkSession:
-        from fluvial.spark.session import local_spark_session
+    def _start_spark(self) -> SparkContext:
+        from fluvial.spark.session import local_spark_context
 
         # Python workers must import fluvial: run them with this interpreter (its
         # virtualenv), not whatever "python3" comes first on the PATH.
@@ -291,7 +293,7 @@ class SparkApplication:
             conf.update(shipping_conf(self.python_env, conf))
             self._held_env = self.python_env.hold()
             os.environ["PYSPARK_PYTHON"] = self.python_env.executor_python
-        return local_spark_session(
+        return local_spark_context(
             with_task_retries(self.master),
             app_name=f"fluvial {self.config.application_id}",
             extra_conf=conf,
@@ -352,16 +354,16 @@ class SparkApplication:
         """Let the current lease end on its commit, then stop (and stop Spark if ours)."""
         self.stop_event.set()
         self.wait(timeout_s)
-        if self.running and self._spark is not None:
+        if self.running and self._context is not None:
             self.sc.cancelJobGroup(self.job_group)
             self.wait(30)
         if self._rdd is not None:
-            if not self._owns_spark:  # a session of our own goes as a whole, below
+            if not self._owns_spark:  # a context of our own goes as a whole, below
                 self._rdd.unpersist()
             self._rdd = None
-        if self._owns_spark and self._spark is not None:
-            self._spark.stop()
-            self._spark = None
+        if self._owns_spark and self._context is not None:
+            self._context.stop()
+            self._context = None
         if self._held_env is not None:
             self._held_env.close()
             self._held_env = None
@@ -376,7 +378,7 @@ class SparkApplication:
     def cancel(self) -> None:
         """Stop at once: the current lease is killed; the next run resumes from the last commit."""
         self.stop_event.set()
-        if self._spark is not None:
+        if self._context is not None:
             self.sc.cancelJobGroup(self.job_group)
 
     def raise_if_failed(self) -> None:
