@@ -29,7 +29,6 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fluvial.processor.completeness import PROGRESS_HEADER
-from fluvial.processor.completeness import PROGRESS_HEADER
 from fluvial.runtime.app_lag import BEHIND_EXIT_CODE, LagWatch, read_application_lag
 from fluvial.runtime.loader import load_app
 from fluvial.runtime.metrics import WorkerMetrics, summarize
