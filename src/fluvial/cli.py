@@ -281,6 +281,18 @@ def _load(app_file: Path):  # noqa: ANN202 - returns LoadedApp
         _fail(error)
 
 
+AllowStateLossOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-state-loss",
+        metavar="NAME",
+        help="The last deployment's store or repartition topic NAME may be left behind (its "
+        "state lost), or, if its topic is missing, recreated empty; repeatable or "
+        "comma-separated. Without it such a start is refused",
+    ),
+]
+
+
 @app.command("describe")
 def describe(
     app_file: Annotated[Path, typer.Argument(help="The application: APP.py")],
@@ -411,16 +423,7 @@ def run(
             "FLUVIAL_SPARK_CONF=k=v,k2=v2 is read too; these win",
         ),
     ] = None,
-    allow_state_loss: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-state-loss",
-            metavar="NAME",
-            help="Start although this version no longer uses the store or repartition topic "
-            "NAME of the last deployment, whose state is then left behind (or, for a missing "
-            "internal topic, recreated empty); repeatable. Without it such a start is refused",
-        ),
-    ] = None,
+    allow_state_loss: AllowStateLossOption = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
     from fluvial.config import StreamsConfig
@@ -504,15 +507,7 @@ def upgrade(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be carried over; record nothing")
     ] = False,
-    allow_state_loss: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-state-loss",
-            metavar="NAME",
-            help="Leave the last deployment's store or repartition topic NAME behind, where "
-            "nothing of this version matches it; repeatable",
-        ),
-    ] = None,
+    allow_state_loss: AllowStateLossOption = None,
     bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers")] = None,
     client_config: ClientConfigOption = None,
 ) -> None:

@@ -107,6 +107,12 @@ class Deployments:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return {t for t in admin.list_topics(timeout=30).topics if t.startswith(self.app_id)}
 
+    def runner(self, version: int, *args: str, engine: str = "spark") -> SparkRunner:
+        """``fluvial run`` of ``version`` as a process (stopped with the test)."""
+        return SparkRunner(self.bootstrap, self.app_id, self.clicks, self.counts, self.state_dir,
+                           app=APP, extra_env=self.env(version), args=list(args),
+                           engine=engine)  # fmt: skip
+
     def cli(self, *args: str, version: int = 2) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **self.env(version)}
         return processes.run([sys.executable, "-m", "fluvial.cli", *args], timeout=180, env=env)
@@ -217,12 +223,7 @@ def test_spark_refuses_a_shifted_name_and_continues_after_upgrade(
     d = Deployments(bootstrap_servers, topic_factory, unique_name, tmp_path)
     first = d.produce(300)
 
-    def runner(version: int, *args: str) -> SparkRunner:
-        env = d.env(version)
-        return SparkRunner(bootstrap_servers, d.app_id, d.clicks, d.counts, d.state_dir,
-                           app=APP, extra_env=env, args=list(args))  # fmt: skip
-
-    v1 = runner(1)
+    v1 = d.runner(1)
     v1.start()
     v1.wait_ready(240)
     first += d.produce(300, pace_s=0.002)
@@ -230,14 +231,14 @@ def test_spark_refuses_a_shifted_name_and_continues_after_upgrade(
                       lambda: v1.proc.poll() is not None)  # fmt: skip
     assert v1.stop(120) == 0, v1.output()
 
-    v2 = runner(2)
+    v2 = d.runner(2)
     v2.start()
     assert v2.wait(240) != 0
     assert f"store {V1_STORE}" in v2.output() and "fluvial upgrade" in v2.output()
 
     done = d.cli("upgrade", str(APP))
     assert done.returncode == 0, done.stderr + done.stdout
-    v2 = runner(2)
+    v2 = d.runner(2)
     v2.start()
     v2.wait_ready(240)
     second = d.produce(300, pace_s=0.002)
@@ -253,16 +254,12 @@ def test_spark_starts_empty_with_allow_state_loss(
     d = Deployments(bootstrap_servers, topic_factory, unique_name, tmp_path)
     first = d.produce(200)
 
-    def runner(version: int, *args: str) -> SparkRunner:
-        return SparkRunner(bootstrap_servers, d.app_id, d.clicks, d.counts, d.state_dir,
-                           app=APP, extra_env=d.env(version), args=list(args))  # fmt: skip
-
-    v1 = runner(1)
+    v1 = d.runner(1)
     v1.start()
     d.wait_for_counts(Counter(first), "version 1's counts on Spark",
                       lambda: v1.proc.poll() is not None)  # fmt: skip
     assert v1.stop(120) == 0, v1.output()
-    v2 = runner(2, "--allow-state-loss", f"{V1_STORE},{V1_STORE}-repartition")
+    v2 = d.runner(2, "--allow-state-loss", f"{V1_STORE},{V1_STORE}-repartition")
     v2.start()
     v2.wait_ready(240)
     second = d.produce(200, pace_s=0.002)
@@ -277,8 +274,7 @@ def test_upgrade_and_reset_refuse_while_the_application_runs(
     """fluvial's slots are assigned partitions, not group members: the driver record tells."""
     d = Deployments(bootstrap_servers, topic_factory, unique_name, tmp_path)
     first = d.produce(100)
-    v1 = SparkRunner(bootstrap_servers, d.app_id, d.clicks, d.counts, d.state_dir, app=APP,
-                     extra_env=d.env(1), engine="local")  # fmt: skip
+    v1 = d.runner(1, engine="local")
     v1.start()
     v1.wait_ready(240)
     d.wait_for_counts(Counter(first), "version 1's counts", lambda: v1.proc.poll() is not None)
