@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluvial.runtime.metrics import WorkerMetrics, prometheus_text, summarize
+from fluvial.metrics import WorkerMetrics, prometheus_text, summarize
 
 
 def test_processing_errors_are_exposed_per_node_and_summed_for_the_status_line():
