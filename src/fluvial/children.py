@@ -1,6 +1,6 @@
 """Every process fluvial starts goes through here, so that one rule decides its environment.
 
-The rule: a variable that may hold a secret (:func:`~fluvial.kafka.security.is_secret_variable`:
+The rule: a variable that may hold a secret (:func:`~fluvial.redaction.is_secret_variable`:
 ``FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD``, ``FLUVIAL_KAFKA_ADMIN_PASSWORD``,
 ``FLUVIAL_SERVE_TOKEN``, ...) is withheld from a child unless the caller names it as one that
 child needs. ``java -version``, ``keytool``, the storage-format JVM and the brokers need none
@@ -23,16 +23,12 @@ import subprocess
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-
-def _secret(name: str) -> bool:
-    from fluvial.kafka.security import is_secret_variable
-
-    return is_secret_variable(name)
+from fluvial.redaction import is_secret_variable
 
 
 def fluvial_secret(name: str) -> bool:
     """A secret of fluvial's own (``FLUVIAL_...``), which no process but this one needs."""
-    return name.startswith("FLUVIAL_") and _secret(name)
+    return name.startswith("FLUVIAL_") and is_secret_variable(name)
 
 
 def own_secrets() -> list[str]:
@@ -50,7 +46,11 @@ def child_environment(
     """This process's environment without every variable that may hold a secret, except
     those named in ``keep``, and without those in ``drop``; then ``extra`` over it (values
     the caller chose for the child)."""
-    env = {k: v for k, v in os.environ.items() if k not in drop and (k in keep or not _secret(k))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in drop and (k in keep or not is_secret_variable(k))
+    }
     env.update(extra or {})
     return env
 

@@ -273,7 +273,7 @@ def kafka_logs(
 
 
 def _load(app_file: Path):  # noqa: ANN202 - returns LoadedApp
-    from fluvial.runtime.loader import load_app
+    from fluvial.loader import load_app
 
     try:
         return load_app(app_file)

@@ -6,7 +6,7 @@ import pytest
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
 from fluvial.errors import ConfigError, TopologyError
-from fluvial.kafka.security import redacted
+from fluvial.redaction import redacted
 from fluvial.runtime import Application
 
 

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from fluvial.loader import load_app
+from fluvial.metrics import WorkerMetrics, summarize
 from fluvial.processor.completeness import PROGRESS_HEADER
 from fluvial.runtime.app_lag import BEHIND_EXIT_CODE, LagWatch, read_application_lag
-from fluvial.runtime.loader import load_app
-from fluvial.runtime.metrics import WorkerMetrics, summarize
 from fluvial.runtime.runner import status_line
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import read_topic, wait_until

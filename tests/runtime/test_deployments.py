@@ -24,9 +24,9 @@ from confluent_kafka.admin import AdminClient
 
 from fluvial import serdes
 from fluvial.errors import StateLossError
+from fluvial.loader import load_app
 from fluvial.runtime import Application
 from fluvial.runtime.deployments import DeploymentPolicy, deployments_topic
-from fluvial.runtime.loader import load_app
 from tests import processes
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import SparkRunner, flush, read_topic, wait_until

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from fluvial.runtime.metrics import WorkerMetrics, prometheus_text, summarize
+from fluvial.metrics import WorkerMetrics, prometheus_text, summarize
 from fluvial.runtime.runner import status_line
 
 

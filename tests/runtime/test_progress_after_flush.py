@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 
 from fluvial import KeyValue, StreamsBuilder, StreamsConfig, serdes
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.metrics import summarize
 from fluvial.runtime import Application
-from fluvial.runtime.metrics import summarize
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import flush, read_topic, wait_until
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fluvial.loader import load_app
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.engine import assign_standbys, plan_tasks
-from fluvial.runtime.loader import load_app
 from fluvial.runtime.standby import standby_copies
 from fluvial.runtime.topics import ensure_internal_topics
 from fluvial.runtime.worker import Worker

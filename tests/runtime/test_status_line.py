@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from fluvial import StreamsBuilder, StreamsConfig, serdes
+from fluvial.metrics import summarize
 from fluvial.runtime import Application
-from fluvial.runtime.metrics import summarize
 from fluvial.runtime.runner import status_line
 from tests.event_times import event_time_base_ms
 
@@ -93,7 +93,7 @@ def test_lag_reaches_zero_skips_are_skips_and_restores_finish(
 def test_status_line_shows_restoring_k_of_n() -> None:
     class Restoring:
         def metrics(self):  # noqa: ANN202 - the shape status_line reads
-            from fluvial.runtime.metrics import WorkerMetrics
+            from fluvial.metrics import WorkerMetrics
 
             return [WorkerMetrics(slot=0, restore_total=5000, restored=1234, lag=7,
                                   stores_to_restore=2, stores_restored=1)]  # fmt: skip

@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 )
 
 from fluvial.acls import AclRule, apply_acls, derive_acls
-from fluvial.runtime.loader import load_app
+from fluvial.loader import load_app
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import APP, Runner, SparkRunner, generate_views, wait_until
 from tests.security import secure_io

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 from fluvial.acls import AclRule, derive_acls
 from fluvial.kafka import free_port
 from fluvial.kafka.security import write_client_properties
-from fluvial.runtime.loader import load_app
+from fluvial.loader import load_app
 from fluvial.verify.faults import is_spark_daemon
 from tests.event_times import event_time_base_ms
 from tests.runtime.harness import (

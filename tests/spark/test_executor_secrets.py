@@ -19,7 +19,7 @@ import pytest
 from fluvial import children
 from fluvial.errors import ConfigError
 from fluvial.iq.spark_routing import SlotEndpoint
-from fluvial.kafka.security import is_secret_variable
+from fluvial.redaction import is_secret_variable
 from fluvial.spark.slots import EXECUTOR_STATE_DIR_ENV, AppSource, LeasePlan, _topology
 
 SECRETS = {

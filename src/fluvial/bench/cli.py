@@ -14,6 +14,7 @@ import typer
 
 from fluvial.bench.environment import describe
 from fluvial.bench.nexmark.cli import nexmark_app
+from fluvial.bench.results import Results, console
 from fluvial.bench.systems import ALL_SYSTEMS, PEER_NAMES
 from fluvial.bench.workloads import WORKLOADS
 from fluvial.cli_support import lazy_console, new_app
@@ -22,7 +23,6 @@ bench_app = new_app(
     help="Benchmarks: fluvial and its peers side by side on the same Kafka and input.",
     no_args_is_help=True,
 )
-console = lazy_console(stderr=True, soft_wrap=True)
 out = lazy_console()
 
 Records = Annotated[int, typer.Option(help="Input records (throughput mode)")]
@@ -110,56 +110,6 @@ def _systems(engine: str, peers: str, baseline: Path | None = None) -> list[str]
         if peer not in PEER_NAMES:
             raise typer.BadParameter(f"unknown peer {peer!r}: use {', '.join(PEER_NAMES)} or all")
     return names + chosen
-
-
-class Results:
-    """Collects runs and rewrites the JSON file after each, so a long matrix keeps what ran."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {
-            "environment": describe(),
-            "command": " ".join(["fluvial", "bench", *sys.argv[2:]]),
-            "runs": [],
-        }
-
-    def add(self, run: dict[str, Any]) -> None:
-        self.data["runs"].append(run)
-        _print_run(run)
-        self.save()
-
-    def save(self) -> None:
-        """Rewrite the file with what the results hold now."""
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.data, indent=1) + "\n")
-
-
-def _print_run(run: dict[str, Any]) -> None:
-    head = (
-        f"{run['system']:<16} {run['workload']:<11} {run['guarantee']:<15} "
-        f"{run['commit_interval_ms']:>6} ms"
-    )
-    if run["status"] != "ok":
-        console.print(f"{head}  {run['status']}: {run.get('reason', '')}", highlight=False)
-        if run.get("log_tail"):
-            console.print(run["log_tail"], highlight=False, markup=False)
-        return
-    if run["mode"] == "throughput":
-        console.print(
-            f"{head}  cpu {run['cpu_s_per_million']:6.2f} µs/rec  "
-            f"{run['throughput_rps']:>9,.0f} rec/s  {run['seconds']:6.2f} s  rss {run['peak_rss_mb']:6.0f} MiB  "
-            f"in {run['input_committed']:,}/{run['input_records']:,}  "
-            f"out {run['output_records']:,}  (startup {run['startup_s']:.1f} s)",
-            highlight=False,
-        )
-    else:
-        console.print(
-            f"{head}  p50 {run['latency_p50_ms']:7.1f} ms  p99 {run['latency_p99_ms']:7.1f} ms  "
-            f"max {run['latency_max_ms']:7.1f} ms  ({run['results_measured']:,} results at "
-            f"{run['rate']}/s)  rss {run['peak_rss_mb']:6.0f} MiB",
-            highlight=False,
-        )
 
 
 def run_bench(

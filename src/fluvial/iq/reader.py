@@ -15,7 +15,7 @@ task stores' files:
   window or session segment created or dropped since the opening makes the reader open the
   store anew.
 - **When it may read.** During a restore a store holds an older or partly rebuilt state. The
-  application says where each task stands on a shared board (:mod:`fluvial.runtime.board`),
+  application says where each task stands on a shared board (:mod:`fluvial.iq.board`),
   always *before* a restore touches the files. The reader reads a task only while the board
   says it runs, checks after each catch-up that it still runs in the same generation, and
   answers 503 with ``Retry-After`` otherwise. A committed answer is therefore never taken back,
@@ -54,6 +54,7 @@ import httpx
 
 from fluvial import children
 from fluvial.errors import StreamsError
+from fluvial.iq.board import RESTORING, RUNNING, BoardView
 from fluvial.iq.queries import (
     COMMITTED,
     LATEST,
@@ -64,10 +65,9 @@ from fluvial.iq.queries import (
 )
 from fluvial.iq.server import TOKEN_ENV, HttpServer, make_app
 from fluvial.iq.service import LocalQueryService
+from fluvial.metrics import WorkerMetrics, WorkerMetricsCollector
 from fluvial.processor.collector import TaskId
 from fluvial.processor.stores import create_store_stack
-from fluvial.runtime.board import RESTORING, RUNNING, BoardView
-from fluvial.runtime.metrics import WorkerMetrics, WorkerMetricsCollector
 from fluvial.topology.nodes import ROCKSDB, StoreSpec
 from fluvial.topology.topology import Topology
 
@@ -369,7 +369,7 @@ def main() -> None:
     os.dup2(2, 1)
     logging.basicConfig(level=logging.WARNING, format="fluvial reader: %(message)s")
     try:
-        from fluvial.runtime.loader import load_app
+        from fluvial.loader import load_app
 
         topology = load_app(settings["app_file"]).topology
         application_id = settings["application_id"]

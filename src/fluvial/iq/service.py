@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from fluvial.iq.queries import (
     COMMITTED,
@@ -34,20 +34,51 @@ from fluvial.iq.queries import (
     read_retrying,
     to_json_value,
 )
+from fluvial.metrics import StoreLag
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
-from fluvial.runtime.standby import StoreLag
-from fluvial.runtime.worker import Worker
 
 MIN_TIME = -(2**63)
 MAX_TIME = 2**63 - 1
 DEFAULT_LIMIT = 10_000
 
 
+class QueriedStandbys(Protocol):
+    """What queries read of a worker's standby replicas (the runtime's ``StandbyTasks``)."""
+
+    @property
+    def tasks(self) -> Container[TaskId]: ...
+
+    def serving(self, task_id: TaskId) -> StreamTask | None: ...
+
+    def lags(self, task_id: TaskId | None = None, *, fresh: bool = True) -> list[StoreLag]: ...
+
+
+class QueriedWorker(Protocol):
+    """What queries read of a worker (the runtime's ``Worker``): its slot, the tasks assigned
+    to it, those running, those restoring, and its standbys. The runtime hands its workers to
+    this package; a protocol keeps the arrow pointing from the runtime to queries only."""
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def task_ids(self) -> Sequence[TaskId]: ...
+
+    @property
+    def tasks(self) -> Mapping[TaskId, StreamTask]: ...
+
+    @property
+    def task_states(self) -> Container[TaskId]: ...
+
+    @property
+    def standbys(self) -> QueriedStandbys | None: ...
+
+
 class WorkerTasks:
     """The tasks of the workers (slots) running in this process."""
 
-    def __init__(self, workers: Callable[[], list[Worker]]) -> None:
+    def __init__(self, workers: Callable[[], Iterable[QueriedWorker]]) -> None:
         self._workers = workers
 
     def find(self, task_id: TaskId) -> tuple[StreamTask | None, str]:
@@ -80,7 +111,7 @@ class WorkerTasks:
 class WorkerStandbys:
     """The standby tasks of the workers (slots) running in this process."""
 
-    def __init__(self, workers: Callable[[], list[Worker]]) -> None:
+    def __init__(self, workers: Callable[[], Iterable[QueriedWorker]]) -> None:
         self._workers = workers
 
     def find(self, task_id: TaskId) -> tuple[StreamTask | None, str]:

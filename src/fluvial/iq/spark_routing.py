@@ -1,6 +1,6 @@
 """Interactive queries on the Spark engine: slot endpoints on executors, a router on the driver.
 
-A slot's stores live in the PySpark Python worker process that runs its :class:`Worker`, and
+A slot's stores live in the PySpark Python worker process that runs its ``Worker``, and
 stay open between leases. Each such process serves the tasks it holds over HTTP (the same
 Starlette service as the local engine), on 127.0.0.1 or ``FLUVIAL_EXECUTOR_QUERY_HOST``, on a
 free port. It registers that endpoint two ways:
@@ -30,7 +30,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -55,6 +55,7 @@ from fluvial.iq.server import TOKEN_ENV, HttpServer, QueryMetrics, make_app
 from fluvial.iq.service import (
     DEFAULT_LIMIT,
     LocalQueryService,
+    QueriedWorker,
     StandbyQueries,
     WorkerStandbys,
     WorkerTasks,
@@ -62,7 +63,6 @@ from fluvial.iq.service import (
     task_list,
 )
 from fluvial.processor.collector import TaskId
-from fluvial.runtime.worker import Worker
 from fluvial.topology.topology import Topology
 
 EXECUTOR_HOST_ENV = "FLUVIAL_EXECUTOR_QUERY_HOST"
@@ -85,7 +85,7 @@ class SlotEndpoint:
         topology: Topology,
         application_id: str,
         task_ids: list[TaskId],
-        workers: Callable[[], list[Worker]],
+        workers: Callable[[], Iterable[QueriedWorker]],
         *,
         exactly_once: bool,
         token: str | None = None,
@@ -131,7 +131,7 @@ def slot_endpoint(
     topology: Topology,
     application_id: str,
     task_ids: list[TaskId],
-    workers: Callable[[], list[Worker]],
+    workers: Callable[[], Iterable[QueriedWorker]],
     *,
     exactly_once: bool,
     token: str | None = None,

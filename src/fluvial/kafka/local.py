@@ -27,6 +27,7 @@ from fluvial import children
 from fluvial.errors import KafkaSetupError
 from fluvial.jvm import classpath, java_executable, resolve_jars
 from fluvial.kafka import security
+from fluvial.redaction import redacted
 
 KAFKA_VERSION = "4.3.1"
 DEFAULT_PORT = 9092
@@ -362,7 +363,7 @@ class LocalKafka:
             "serving": self._serving(),
             "secure": self.secure,
             **(
-                {"client_settings": security.redacted(self.client_config())}
+                {"client_settings": redacted(self.client_config())}
                 if self.secure and self.admin_config_file.exists()
                 else {}
             ),

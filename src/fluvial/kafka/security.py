@@ -3,7 +3,7 @@ for Spark's Kafka connector, clear authentication errors, and the secured local 
 material and SCRAM users.
 
 Secrets (passwords, keys) travel in files and environment variables only, never on a command
-line, and never in a log line: :func:`redacted` is what may be shown.
+line, and never in a log line: :func:`fluvial.redaction.redacted` is what may be shown.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fluvial import children
 from fluvial.errors import ConfigError, FluvialError, KafkaSetupError, StreamsError
+from fluvial.redaction import is_secret_setting
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 #: A librdkafka properties file (``key=value`` lines) with the client settings.
@@ -30,31 +32,6 @@ CLIENT_SETTING_ENV_PREFIX = "FLUVIAL_KAFKA_CLIENT_"
 ADMIN_PASSWORD_ENV = "FLUVIAL_KAFKA_ADMIN_PASSWORD"
 #: The password of a user ``fluvial kafka add-user`` adds, when no password file is given.
 NEW_USER_PASSWORD_ENV = "FLUVIAL_KAFKA_USER_PASSWORD"
-
-# "dsn": a database connection string may carry a password.
-_SECRET_MARKERS = ("password", "secret", "key", "token", "credentials", "jaas", "pem", "dsn")
-
-
-def is_secret_setting(name: str) -> bool:
-    """Whether a setting (``sasl.password``) may hold a secret: the one rule for settings and
-    environment variables alike (see :func:`is_secret_variable`)."""
-    lowered = name.lower()
-    if lowered.endswith(".location"):
-        return False  # a path, not the secret itself
-    return any(marker in lowered for marker in _SECRET_MARKERS)
-
-
-def is_secret_variable(name: str) -> bool:
-    """Whether an environment variable may hold a secret, by the same rule as settings:
-    ``FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD``, ``FLUVIAL_KAFKA_ADMIN_PASSWORD`` and
-    ``FLUVIAL_SERVE_TOKEN`` do; ``FLUVIAL_KAFKA_CLIENT_SSL_KEY_LOCATION`` (a path) does not."""
-    return is_secret_setting(name.lower().replace("_", "."))
-
-
-def redacted(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy safe to show: values of secret settings replaced by ``***``."""
-    return {k: ("***" if is_secret_setting(k) else v) for k, v in settings.items()}
-
 
 # -- client settings ------------------------------------------------------------------------------
 
@@ -492,8 +469,6 @@ def ensure_tls(directory: Path, java: str) -> TlsFiles:
     Store passwords are read by keytool from a file (``-storepass:file``), never from its
     command line.
     """
-    from fluvial import children
-
     tls = TlsFiles(directory)
     if tls.ca_pem.exists() and tls.keystore.exists() and tls.store_password_file.exists():
         return tls

@@ -1,8 +1,8 @@
 """librdkafka client settings for a fluvial application, in one place.
 
 Only the runtime builds clients. Secrets in ``client_config`` (SASL passwords, TLS keys) are
-passed through to librdkafka and never logged: :func:`fluvial.kafka.security.redacted` is
-what logs may show.
+passed through to librdkafka and never logged: :func:`fluvial.redaction.redacted` is what
+logs may show.
 """
 
 from __future__ import annotations

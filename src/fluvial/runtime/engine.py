@@ -16,15 +16,15 @@ from confluent_kafka import KafkaException
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, CoPartitioningError, StreamsError
+from fluvial.iq.board import TaskBoard
 from fluvial.iq.queries import KeyQueryMetadata, LocalQueries, StoreView
 from fluvial.kafka.security import AuthorizationError
+from fluvial.metrics import WorkerMetrics, prometheus_text
 from fluvial.processor.collector import TaskId
-from fluvial.runtime.board import TaskBoard
 from fluvial.runtime.client_calls import FencedError
 from fluvial.runtime.commit_metadata import check_commit_metadata
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
-from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import TopicPlan, ensure_internal_topics
 from fluvial.runtime.worker import Worker
 from fluvial.topology.topology import Topology

@@ -1,6 +1,6 @@
 """What a worker reports after each commit: its tasks' counters, its input lag, its standbys' lag.
 
-These read the running tasks and clients and write :class:`~fluvial.runtime.metrics.WorkerMetrics`,
+These read the running tasks and clients and write :class:`~fluvial.metrics.WorkerMetrics`,
 which the status line, the HTTP endpoint and the Spark driver show.
 """
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from fluvial.metrics import WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.processor.metrics import (
     DEAD_LETTERS,
@@ -20,7 +21,6 @@ from fluvial.processor.metrics import (
     PROCESSING_ERRORS,
 )
 from fluvial.processor.task import StreamTask
-from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import StandbyTasks
 
 #: Worker counter <- the task counter it sums.

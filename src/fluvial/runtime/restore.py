@@ -9,9 +9,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, StreamsError
+from fluvial.metrics import WorkerMetrics
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
-from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.state import TaskState
 from fluvial.state.base import ChangelogRecord
 

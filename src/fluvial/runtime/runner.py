@@ -20,6 +20,7 @@ from rich.console import Console
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
+from fluvial.iq.board import TaskBoard, board_path, remove_stale_reader_dirs
 from fluvial.iq.server import (
     DEFAULT_HOST,
     TOKEN_ENV,
@@ -32,11 +33,10 @@ from fluvial.iq.server import (
 )
 from fluvial.iq.server import serve as start_server
 from fluvial.iq.service import LocalQueryService
+from fluvial.metrics import WorkerMetricsCollector, summarize
 from fluvial.runtime.app_lag import LagWatch
-from fluvial.runtime.board import TaskBoard, board_path, remove_stale_reader_dirs
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import Application
-from fluvial.runtime.metrics import WorkerMetricsCollector, summarize
 from fluvial.runtime.shutdown import DEFAULT_STOP_TIMEOUT_S, SignalStop, run_in_thread
 from fluvial.topology.topology import Topology
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
+from fluvial.metrics import StoreLag, WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.collector import NoOutputCollector
-from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.state import TaskState, copy_gain
 from fluvial.state.base import ChangelogRecord
 from fluvial.state.rocksdb import read_committed_offset
@@ -80,40 +79,6 @@ def copies_worth_taking(
         if worth:
             wanted.append(max(worth)[1])
     return wanted
-
-
-@dataclass(frozen=True)
-class StoreLag:
-    """How far one standby store is behind its changelog partition."""
-
-    task: TaskId
-    store: str
-    topic: str
-    partition: int
-    #: The next changelog offset the standby will apply.
-    position: int | None
-    #: The changelog's end: its last stable offset under exactly-once (``None``: unknown).
-    end: int | None
-    #: Timestamp of the last changelog record the standby applied (``None``: none yet).
-    last_applied_timestamp_ms: int | None
-
-    @property
-    def offset_lag(self) -> int | None:
-        if self.end is None or self.position is None:
-            return None
-        return max(0, self.end - self.position)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "task": str(self.task),
-            "store": self.store,
-            "changelog": self.topic,
-            "partition": self.partition,
-            "position": self.position,
-            "end": self.end,
-            "offset_lag": self.offset_lag,
-            "last_applied_timestamp_ms": self.last_applied_timestamp_ms,
-        }
 
 
 class StandbyTasks:

@@ -34,11 +34,12 @@ from confluent_kafka import (
 from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
+from fluvial.iq.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.kafka.security import AuthorizationError
+from fluvial.metrics import WorkerMetrics
 from fluvial.processor.collector import ConsumedRecord, TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.backpressure import Backpressure
-from fluvial.runtime.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.runtime.client_calls import (
     ClientCalls,
     FencedError,
@@ -52,7 +53,6 @@ from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon
-from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.progress import RepartitionProgress, writer_id
 from fluvial.runtime.purge import RepartitionPurge
 from fluvial.runtime.reporting import (
@@ -91,7 +91,7 @@ class Worker:
     ) -> None:
         """``task_listener(slot, task, event)`` hears each task start restoring, run and stop,
         before its stores change, and each commit, after it reached them
-        (:mod:`fluvial.runtime.board`)."""
+        (:mod:`fluvial.iq.board`)."""
         self.slot = slot
         # Raises if this worker's driver is no longer the application's current one; called
         # right after the slot's transactional id is fenced (see fluvial.runtime.epoch).

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
+from fluvial.loader import load_app
+from fluvial.metrics import WorkerMetrics, prometheus_text
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import (
@@ -38,8 +40,6 @@ from fluvial.runtime.engine import (
     check_commit_metadata,
     plan_tasks,
 )
-from fluvial.runtime.loader import load_app
-from fluvial.runtime.metrics import WorkerMetrics, prometheus_text
 from fluvial.runtime.topics import ensure_internal_topics
 from fluvial.spark.fencing import LeaseFencing, fatal_error
 from fluvial.spark.progress import COUNTERS, LeaseProgress

@@ -44,10 +44,10 @@ from confluent_kafka import Producer
 from fluvial.children import fluvial_secret
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
+from fluvial.metrics import WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.client_calls import transactional_id
 from fluvial.runtime.clients import producer_settings
-from fluvial.runtime.metrics import WorkerMetrics
 from fluvial.runtime.standby import copies_worth_taking, standby_root
 from fluvial.runtime.worker import Worker
 from fluvial.spark.fencing import check_current_driver, fatal_slot_error
@@ -460,7 +460,7 @@ def _take(
 
 def _topology(source: AppSource) -> Topology:
     """Rebuild the topology from APP.py once per process and source version."""
-    from fluvial.runtime.loader import AppError, load_app
+    from fluvial.loader import AppError, load_app
 
     topology = _apps.get(source.digest)
     if topology is None:

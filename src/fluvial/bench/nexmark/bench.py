@@ -24,6 +24,7 @@ from fluvial.bench.nexmark.compare import prepare_side_inputs
 from fluvial.bench.nexmark.generator import Written, write
 from fluvial.bench.nexmark.queries import QUERIES
 from fluvial.bench.nexmark.runner import Settings, kafka_streams_command
+from fluvial.bench.results import Results, console
 from fluvial.bench.systems import APPS, RunSpec, System
 from fluvial.kafka.admin import TopicSpec, create_topics
 
@@ -192,8 +193,6 @@ def run_nexmark_bench(
     profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Every query x guarantee x cache setting x system on one generated input."""
-    from fluvial.bench.cli import Results, console
-
     results = Results(json_out)
     made: dict[str, System] = {}
     if "kafka-streams" in systems:

@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fluvial.processor.collector import TaskId
-from fluvial.runtime.board import (
+from fluvial.iq.board import (
     COMMITTED,
     RESTORING,
     RUNNING,
@@ -22,6 +21,7 @@ from fluvial.runtime.board import (
     board_path,
     remove_stale_reader_dirs,
 )
+from fluvial.processor.collector import TaskId
 
 A, B, C = TaskId(0, 0), TaskId(1, 0), TaskId(1, 1)
 

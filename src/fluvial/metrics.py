@@ -1,4 +1,5 @@
-"""Worker and application metrics, readable from Python and as Prometheus text."""
+"""Worker and application metrics, readable from Python and as Prometheus text, and how far a
+standby store is behind its changelog (:class:`StoreLag`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fluvial.processor.collector import TaskId
 from fluvial.processor.metrics import DROPPED_RECORDS
 from fluvial.processor.metrics import HELP as TASK_HELP
 
@@ -225,3 +227,37 @@ def prometheus_text(application_id: str, workers: list[WorkerMetrics]) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerMetricsCollector(application_id, lambda: workers))
     return generate_latest(registry).decode()
+
+
+@dataclass(frozen=True)
+class StoreLag:
+    """How far one standby store is behind its changelog partition."""
+
+    task: TaskId
+    store: str
+    topic: str
+    partition: int
+    #: The next changelog offset the standby will apply.
+    position: int | None
+    #: The changelog's end: its last stable offset under exactly-once (``None``: unknown).
+    end: int | None
+    #: Timestamp of the last changelog record the standby applied (``None``: none yet).
+    last_applied_timestamp_ms: int | None
+
+    @property
+    def offset_lag(self) -> int | None:
+        if self.end is None or self.position is None:
+            return None
+        return max(0, self.end - self.position)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "task": str(self.task),
+            "store": self.store,
+            "changelog": self.topic,
+            "partition": self.partition,
+            "position": self.position,
+            "end": self.end,
+            "offset_lag": self.offset_lag,
+            "last_applied_timestamp_ms": self.last_applied_timestamp_ms,
+        }
