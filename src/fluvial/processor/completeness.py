@@ -172,6 +172,15 @@ class WriterMergeQueue:
                 self._high[writer] = head.timestamp_ms
             self._idle_since[writer] = None  # it wrote again: it holds time back until it says so
 
+    def rearm_idle_writers(self) -> None:
+        """Count every idle writer's idleness from now (its input may have grown while this
+        task was paused), as a restart does with the idle writers it restores."""
+        now = time.monotonic()
+        for writer, since in self._idle_since.items():
+            if since is not None:
+                self._idle_since[writer] = now
+        self._checked = False
+
     # -- the deque protocol a task uses ---------------------------------------------------------
     def __len__(self) -> int:
         return self._size

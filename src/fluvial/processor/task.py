@@ -425,6 +425,12 @@ class StreamTask:
         self._queues[tp] = queue  # type: ignore[assignment]
         self._merged[tp] = queue
 
+    def rearm_idle_writers(self) -> None:
+        """After a pause (between two Spark leases): every writer idle so far holds time back
+        again for a while, as after a restart, until it says it is still idle."""
+        for queue in self._merged.values():
+            queue.rearm_idle_writers()
+
     def writer_states(self) -> dict[TopicPartition, dict[str, WriterState]]:
         """Per merged partition, what to commit of its writers beside its offset."""
         return {tp: queue.commit_state() for tp, queue in self._merged.items()}

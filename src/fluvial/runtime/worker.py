@@ -128,6 +128,7 @@ class Worker:
         # What tasks counted before they were closed: a restart counts on from there.
         self._closed_task_counts: dict[str, dict[str, int]] = {}
         self._committed: dict[tuple[str, int], int] = {}
+        self._paused = False  # between two Spark leases (pause, then run_for again)
         self._repartition_topics: set[str] = set()
         self._changelog_committed: dict[tuple[str, int], int] = {}
         # Each task's last committed (or restored) metadata: see _offsets_to_commit.
@@ -411,6 +412,10 @@ class Worker:
         """Run the loop for a while (a lease), leaving the worker open for the next one;
         ``until`` ends it early (the driver stops)."""
         deadline = time.monotonic() + seconds
+        if self._paused:
+            self._paused = False
+            for task in self.tasks.values():
+                task.rearm_idle_writers()
         while time.monotonic() < deadline and not self.stop_event.is_set():
             if until is not None and until.is_set():
                 return
@@ -501,12 +506,13 @@ class Worker:
     # -- the commit cycle -------------------------------------------------------------------
 
     def pause(self) -> None:
-        """Commit before a pause in which this worker reads nothing (it stops, or waits for
-        its next Spark lease). With the last offsets its tasks say they have not read all of
-        their input, so no downstream task takes them as idle meanwhile
-        (:meth:`RepartitionProgress.stopping`)."""
-        self._say_stopping()
+        """Commit before a pause in which this worker reads nothing (it waits for its next
+        Spark lease). Nothing more is written: an idle application writes nothing. When the
+        next lease starts, its downstream tasks hold every idle writer back again for a while
+        (:meth:`run_for`), as after a restart, so that a writer whose input grew during the
+        pause can say so before the others run ahead of it."""
         self.commit()
+        self._paused = True
 
     def _say_stopping(self) -> None:
         if self._progress is not None and self._collector is not None:
