@@ -45,7 +45,7 @@ for mod, (path, is_pkg) in mods.items():
                 continue
             walk_stmt(child, k)
 
-    def walk_stmt(node, kind):
+    def walk_stmt(node, kind, mod=mod, pkg=pkg):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]

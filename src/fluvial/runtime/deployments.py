@@ -157,7 +157,7 @@ def plan_deployment(
     admin = admin or AdminClient(admin_settings(config))
     probe = _Probe(config, admin)
     try:
-        record = _read_full_record(config, probe)
+        record = _read_record(config, probe)
         previous, present = record if record is not None else (None, set())
         new = layout_of(topology)
         # Names carried over by an earlier upgrade (or simply the same names) keep their topics.
@@ -262,7 +262,8 @@ def recorded_topics(config: StreamsConfig) -> list[str]:
         topic = deployments_topic(config.application_id)
         if not probe.exists(topic):
             return []
-        recorded = _read_record(config, probe) or []
+        record = _read_record(config, probe)
+        recorded = record[0] if record is not None else []
         return [topic] + [f"{config.application_id}-{r.topic}" for r in recorded]
     finally:
         probe.close()
@@ -369,20 +370,12 @@ def _missing(
     if recorded is not None:
         topics = {r.topic for r in recorded}
         return [r for r in gone if r.topic in topics]
-    committed_subs = set()
-    renamed = _apply(topology, new)
-    for sub in renamed.subtopologies(app_id):
+    # The topics of each sub-topology that has committed offsets: its changelogs and sources.
+    committed: set[str] = set()
+    for sub in _apply(topology, new).subtopologies(app_id):
         if probe.has_commits(sub.source_topics):
-            committed_subs.add(sub.id)
-    missing = []
-    for r in gone:
-        topic = f"{app_id}-{r.topic}"
-        for sub in renamed.subtopologies(app_id):
-            owns = topic in sub.changelog_topics().values() or topic in sub.source_topics
-            if owns and sub.id in committed_subs:
-                missing.append(r)
-                break
-    return missing
+            committed |= set(sub.changelog_topics().values()) | set(sub.source_topics)
+    return [r for r in gone if f"{app_id}-{r.topic}" in committed]
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -458,15 +451,7 @@ def _as_record(resources: Iterable[Resource]) -> list[dict[str, str]]:
     return sorted((r.to_json() for r in resources), key=lambda d: (d["kind"], d["name"]))
 
 
-def _read_record(config: StreamsConfig, probe: _Probe) -> list[Resource] | None:
-    """The last deployment's layout, or ``None`` when none was recorded."""
-    record = _read_full_record(config, probe)
-    return None if record is None else record[0]
-
-
-def _read_full_record(
-    config: StreamsConfig, probe: _Probe
-) -> tuple[list[Resource], set[str]] | None:
+def _read_record(config: StreamsConfig, probe: _Probe) -> tuple[list[Resource], set[str]] | None:
     """The last deployment's layout and the topics that existed when it was recorded."""
     topic = deployments_topic(config.application_id)
     if not probe.exists(topic):
@@ -516,6 +501,7 @@ class _Probe:
                 f"cannot list topics on {config.bootstrap_servers}: {error.args[0]}"
             ) from None
         self._consumer: Consumer | None = None
+        self._held_counts: dict[str, int] = {}
 
     @property
     def consumer(self) -> Consumer:
@@ -570,15 +556,17 @@ class _Probe:
         return f"{count:,} {more}record(s) not consumed yet in {topic}"
 
     def _held(self, app_id: str, resource: Resource) -> int:
+        """Records the resource's topic holds (read once: the refusal message counts them too)."""
         topic = f"{app_id}-{resource.topic}"
-        tps = self._partitions(topic)
-        if resource.kind == STORE:
-            total = 0
-            for tp in tps:
-                low, high = self._watermarks(tp)
-                total += max(0, high - low)
-            return total
-        return sum(self._unconsumed(tp) for tp in self._committed(tps))
+        if topic not in self._held_counts:
+            tps = self._partitions(topic)
+            if resource.kind == STORE:
+                self._held_counts[topic] = sum(
+                    max(0, high - low) for low, high in map(self._watermarks, tps)
+                )
+            else:
+                self._held_counts[topic] = sum(map(self._unconsumed, self._committed(tps)))
+        return self._held_counts[topic]
 
     def _unconsumed(self, committed: TopicPartition) -> int:
         """Data records of a repartition partition past what the application committed.
