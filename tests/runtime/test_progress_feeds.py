@@ -52,17 +52,22 @@ def test_a_joined_table_never_counts_on_the_streams_repartition_topic() -> None:
         task, feeds = upstream(driver)
         assert feeds == {"readings"}
         assert task.stream_time == NOW  # the task's own stream time includes the table's
-        assert writer_progress(task, feeds, set()) == (OLD + 5_000, False)
-        # Having read all of its stream, it says so, whatever the table still holds.
-        assert writer_progress(task, feeds, {("readings", 0)}) == (OLD + 5_000, True)
-        assert writer_progress(task, feeds, set()) == (OLD + 5_000, False)
+        assert writer_progress(task, feeds, {}) == (OLD + 5_000, False, ())
+        # Having read all of its stream, it says so, and where it read to, whatever the table
+        # still holds.
+        assert writer_progress(task, feeds, {("readings", 0): 3}) == (
+            OLD + 5_000,
+            True,
+            (("readings", 0, 3),),
+        )
+        assert writer_progress(task, feeds, {("sensors", 0): 1}) == (OLD + 5_000, False, ())
 
 
 def test_a_table_with_nothing_from_the_stream_yet_says_no_time() -> None:
     with TopologyTestDriver(stream_table_rekey().build()) as driver:
         driver.create_input_topic("sensors", S, J).pipe_input("s1", {"site": "a"}, timestamp_ms=NOW)
         task, feeds = upstream(driver)
-        assert writer_progress(task, feeds, set()) == (-1, False)
+        assert writer_progress(task, feeds, {}) == (-1, False, ())
 
 
 def test_a_table_that_feeds_the_repartition_topic_counts() -> None:
@@ -74,7 +79,7 @@ def test_a_table_that_feeds_the_repartition_topic_counts() -> None:
         driver.create_input_topic("sensors", S, J).pipe_input("s1", {"site": "a"}, timestamp_ms=NOW)
         task, feeds = upstream(driver)
         assert feeds == {"sensors"}
-        assert writer_progress(task, feeds, set()) == (NOW, False)
+        assert writer_progress(task, feeds, {}) == (NOW, False, ())
 
 
 def test_both_sides_of_a_stream_stream_join_count() -> None:
@@ -91,7 +96,7 @@ def test_both_sides_of_a_stream_stream_join_count() -> None:
         driver.create_input_topic("right", S, J).pipe_input("x", {"k": "a"}, timestamp_ms=NOW)
         task, feeds = upstream(driver)
         assert feeds == {"left", "right"}
-        assert writer_progress(task, feeds, set()) == (NOW, False)
+        assert writer_progress(task, feeds, {}) == (NOW, False, ())
 
 
 class _Collected:

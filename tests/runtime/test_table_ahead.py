@@ -138,18 +138,12 @@ def make_topics(bootstrap: str, unique_name, label: str) -> tuple[str, str, str]
 
 def start(engine: str, bootstrap: str, app_id: str, topics: tuple[str, ...],
           state_dir: Path, prometheus_port: int | None = None) -> SparkRunner:  # fmt: skip
-    """The app on ``engine``; on the local engine in one worker.
-
-    With one worker per partition (threads under one interpreter), a CPU-starved machine can
-    keep one upstream worker from fetching its new readings for over a second after it said it
-    had read all of its input; the downstream task then takes it as idle (catch-up
-    completeness's one-second rule, docs/semantics.md) and its readings come late. That limit
-    is the idle rule's, not the table's; one worker still fails this test without the table
-    fix (the table's time closed the windows)."""
+    """The app on ``engine``: on the local engine one worker per partition, on Spark short
+    leases, so that upstream and downstream tasks run apart and pause apart."""
     readings, sensors, out = topics
     runner = SparkRunner(bootstrap, app_id, readings, out, state_dir, engine=engine, app=APP,
-                         lease_ms=5000, commit_ms=100, workers=1 if engine == "local"
-                         else None, extra_env={"FLUVIAL_TEST_TABLE": sensors})  # fmt: skip
+                         lease_ms=2000, commit_ms=100,
+                         extra_env={"FLUVIAL_TEST_TABLE": sensors})  # fmt: skip
     runner.start(prometheus_port=prometheus_port)
     runner.wait_ready(240)
     return runner
@@ -163,11 +157,7 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
     return [len(read_topic(bootstrap, topic, partition=p)) for p in range(PARTITIONS)]
 
 
-# The local engine only: on Spark, beside a CPU burner, 1 run in 4 still dropped readings at a
-# lease boundary, where an upstream slot starts its lease more than the idle rule's second
-# after a downstream one (docs/semantics.md, "Bounds"). That is catch-up completeness's
-# wall-clock idle rule, left open in issue 35; a test that fails 1 time in 4 would only hide it.
-@pytest.mark.parametrize("engine", ["local"])
+@pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_table_read_first_never_makes_readings_late(
     engine: str, bootstrap_servers: str, unique_name, tmp_path: Path
 ) -> None:

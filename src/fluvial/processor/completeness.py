@@ -10,12 +10,16 @@ Streams has this hazard; fluvial removes it (``catch_up_completeness=True``, the
   header :data:`WRITER_HEADER`;
 - every upstream task also writes a small *progress record* (header :data:`PROGRESS_HEADER`, no
   key, no value) to each partition of the repartition topics it writes, every
-  ``PROGRESS_INTERVAL_MS``: its stream time, and whether it has read all of its input;
+  ``PROGRESS_INTERVAL_MS``: its stream time, and whether it has read all of its input, with
+  the offsets it read to (its *positions*);
 - a downstream task reads each repartition partition through a :class:`WriterMergeQueue`, which
   splits the partition by writer and releases records merged by timestamp, as a task merges its
   input partitions: a record goes only once every other writer has either a record waiting,
-  written as far in event time, or said it has read all of its input (an idle writer holds
-  nothing back).
+  written as far in event time, or is *idle*: it said it has read all of its input, and its
+  input partitions still end where it read to (:class:`InputEnds`, read from Kafka after the
+  record arrived). An idle writer holds nothing back; one whose input grew since it said so
+  holds time back until its next progress, however long it takes to come (a paused or
+  starved process), and no wall clock decides.
 
 Records of one writer keep their order; only the interleaving of writers changes. Offsets then
 no longer say what was processed, so a commit records, beside the lowest offset still waiting,
@@ -40,22 +44,90 @@ WRITER_HEADER = "fluvial.writer"
 PROGRESS_HEADER = "fluvial.progress"
 PROGRESS_INTERVAL_MS = 100
 MAX_HELD_RECORDS = 100_000
-# How long a writer must have read all of its input before it stops holding time back.
-IDLE_WRITER_MS = 1000
 NO_TIME = -(2**63)
+#: How recently a writer's input ends must have been read for :meth:`WriterMergeQueue.bound`,
+#: which no one record's arrival dates.
+FRESH_ENDS_S = 0.1
+
+#: A writer's input partitions and the offset it read each to: ((topic, partition, offset), ...).
+Positions = tuple[tuple[str, int, int], ...]
 
 _PROGRESS = struct.Struct(">q?")  # stream time, caught up
+_POSITION = struct.Struct(">iq")  # partition, offset (after the topic's name)
+_NAME = struct.Struct(">H")
 
 log = logging.getLogger(__name__)
 
 
-def encode_progress(stream_time_ms: int, caught_up: bool) -> bytes:
-    return _PROGRESS.pack(stream_time_ms, caught_up)
+def encode_progress(stream_time_ms: int, caught_up: bool, positions: Positions = ()) -> bytes:
+    """A progress record's value: stream time, whether the writer has read all of its input,
+    and (when it has) each of its input partitions with the offset it read to."""
+    parts = [_PROGRESS.pack(stream_time_ms, caught_up)]
+    for topic, partition, offset in positions:
+        name = topic.encode()
+        parts += [_NAME.pack(len(name)), name, _POSITION.pack(partition, offset)]
+    return b"".join(parts)
 
 
-def decode_progress(data: bytes) -> tuple[int, bool]:
-    stream_time, caught_up = _PROGRESS.unpack(data)
-    return stream_time, bool(caught_up)
+def decode_progress(data: bytes) -> tuple[int, bool, Positions | None]:
+    """(stream time, read all of its input, positions). Positions are None in a progress
+    record of an older fluvial, which said "read all" without saying where: such a writer is
+    not taken as idle until its next progress."""
+    stream_time, caught_up = _PROGRESS.unpack_from(data)
+    at = _PROGRESS.size
+    if at == len(data):
+        return stream_time, bool(caught_up), (None if caught_up else ())
+    positions = []
+    while at < len(data):
+        (length,) = _NAME.unpack_from(data, at)
+        at += _NAME.size
+        topic = data[at : at + length].decode()
+        at += length
+        partition, offset = _POSITION.unpack_from(data, at)
+        at += _POSITION.size
+        positions.append((topic, partition, offset))
+    return stream_time, bool(caught_up), tuple(positions)
+
+
+class InputEnds:
+    """The end offsets of writers' input partitions, as a worker last read them from Kafka.
+
+    A downstream task asks :meth:`reached` whether an idle writer's input still ends where the
+    writer read to. The answer counts only if the ends were read after the record it would
+    release arrived: every input record written before that record was, and so may be older
+    than it, is then inside the end read. Partitions asked about without such an answer are
+    :meth:`wanted`; the worker reads them (:meth:`update`) and the tasks look again.
+    """
+
+    def __init__(self) -> None:
+        self._ends: dict[tuple[str, int], tuple[int, float]] = {}  # -> (end offset, read at)
+        self._wanted: set[tuple[str, int]] = set()
+
+    def reached(self, positions: Positions, since: float) -> bool:
+        """Whether every partition in ``positions`` ended at or before its offset when read
+        after ``since`` (time.monotonic())."""
+        reached = True
+        for topic, partition, offset in positions:
+            known = self._ends.get((topic, partition))
+            if known is None or known[1] < since:
+                self._wanted.add((topic, partition))
+                reached = False
+            elif known[0] > offset:
+                reached = False
+        return reached
+
+    def wanted(self) -> set[tuple[str, int]]:
+        return self._wanted
+
+    def update(self, ends: dict[tuple[str, int], int], read_at: float) -> None:
+        """End offsets read from Kafka at ``read_at`` (time.monotonic(), taken before asking)."""
+        for tp, end in ends.items():
+            self._ends[tp] = (end, read_at)
+        self._wanted.difference_update(ends)
+
+    def forget(self) -> None:
+        """Drop every end read: after a pause, input may have grown meanwhile."""
+        self._ends.clear()
 
 
 class _Progress(NamedTuple):
@@ -67,6 +139,7 @@ class _Progress(NamedTuple):
     stream_time: int
     idle: bool
     offset: int
+    positions: Positions | None
 
     @property
     def timestamp_ms(self) -> int:
@@ -77,8 +150,9 @@ class WriterState(NamedTuple):
     """What a downstream task knows of one writer, as committed (see :meth:`commit_state`)."""
 
     high: int  # how far in event time it has written or reported
-    idle: bool  # its last progress said it has read all of its input
+    idle: bool  # its last progress said it has read all of its input, at ``positions``
     done: int  # its last record processed (-1: none), skipped after a restart
+    positions: Positions = ()  # where it had read its input to, when idle
 
 
 class WriterMergeQueue:
@@ -98,20 +172,26 @@ class WriterMergeQueue:
         expected_writers: Iterable[str],
         *,
         restored: dict[str, WriterState] | None = None,
+        ends: InputEnds | None = None,
         max_held: int = MAX_HELD_RECORDS,
     ) -> None:
         """``expected_writers``: ids of every upstream task that writes this partition, so a
         writer that has not written yet holds records back too. ``restored``: what the last
-        commit knew of each writer; records it had processed are skipped when read again."""
+        commit knew of each writer; records it had processed are skipped when read again.
+        ``ends``: where the writers' input partitions end, to tell an idle writer from one whose
+        input grew since it said it had read all of it (None: a writer idle by its word is)."""
         restored = restored or {}
         writers = list(expected_writers) + [w for w in restored if w not in expected_writers]
         self._queues: dict[str, deque[ConsumedRecord | _Progress]] = {w: deque() for w in writers}
         self._high = {w: restored[w].high if w in restored else NO_TIME for w in writers}
-        now = time.monotonic()
-        # Since when each writer has said it read all of its input (None: it has not).
-        self._idle_since: dict[str, float | None] = {
-            w: now if w in restored and restored[w].idle else None for w in writers
+        # Where each writer said it had read all of its input to (None: it has not said so).
+        self._idle: dict[str, Positions | None] = {
+            w: restored[w].positions if w in restored and restored[w].idle else None
+            for w in writers
         }
+        self._ends = ends
+        # When each batch of records arrived: (first offset, time.monotonic()), oldest first.
+        self._arrivals: deque[tuple[int, float]] = deque()
         self._done = {w: restored[w].done if w in restored else -1 for w in writers}
         self._skip = {w: state.done for w, state in restored.items()}
         self._end_offset: int | None = None  # just past the last record added
@@ -124,7 +204,11 @@ class WriterMergeQueue:
     # -- filling ------------------------------------------------------------------------------
     def extend(self, records: Iterable[ConsumedRecord]) -> None:
         touched = set()
+        arrived: float | None = time.monotonic()
         for record in records:
+            if arrived is not None:
+                self._arrivals.append((record.offset, arrived))
+                arrived = None
             self._end_offset = record.offset + 1
             writer, progress, headers = _split_headers(record.headers)
             queue = self._queues.get(writer)
@@ -133,13 +217,13 @@ class WriterMergeQueue:
                           writer, sorted(self._queues))  # fmt: skip
                 queue = self._queues[writer] = deque()
                 self._high[writer] = NO_TIME
-                self._idle_since[writer] = None
+                self._idle[writer] = None
                 self._done[writer] = -1
             if record.offset <= self._skip.get(writer, -1):
                 continue  # taken before a restart, and committed with its effects
             if progress is not None:
-                stream_time, idle = decode_progress(progress)
-                queue.append(_Progress(stream_time, idle, record.offset))
+                stream_time, idle, positions = decode_progress(progress)
+                queue.append(_Progress(stream_time, idle, record.offset, positions))
             else:
                 if headers is not record.headers:
                     record = ConsumedRecord(record.key, record.value, record.timestamp_ms,
@@ -149,7 +233,25 @@ class WriterMergeQueue:
             touched.add(writer)
         for writer in touched:
             self._take_progress(writer)
+        if len(self._arrivals) > 64:
+            self._forget_arrivals()
         self._checked = False
+
+    def _forget_arrivals(self) -> None:
+        """Drop the arrival times of batches wholly taken."""
+        held_from = self.next_offset()
+        arrivals = self._arrivals
+        while len(arrivals) > 1 and held_from is not None and arrivals[1][0] <= held_from:
+            arrivals.popleft()
+
+    def _arrival(self, offset: int) -> float:
+        """When the record at ``offset`` arrived (its batch's time)."""
+        found = 0.0
+        for first, arrived in self._arrivals:
+            if first > offset:
+                break
+            found = arrived
+        return found
 
     def _take_progress(self, writer: str) -> None:
         """Apply the progress records at the head of ``writer``'s queue."""
@@ -159,27 +261,17 @@ class WriterMergeQueue:
             assert isinstance(progress, _Progress)
             if progress.stream_time > self._high[writer]:
                 self._high[writer] = progress.stream_time
-            if not progress.idle:
-                self._idle_since[writer] = None
-            elif self._idle_since[writer] is None:
-                self._idle_since[writer] = time.monotonic()
-                log.debug("writer %s has read all of its input (stream time %d, offset %d)",
-                          writer, progress.stream_time, progress.offset)  # fmt: skip
+            # An older fluvial's "read all" says not where: not idle until it says more.
+            self._idle[writer] = progress.positions if progress.idle else None
+            if progress.idle:
+                log.debug("writer %s has read all of its input (stream time %d, offset %d): %s",
+                          writer, progress.stream_time, progress.offset, progress.positions)  # fmt: skip
             self._done[writer] = progress.offset
         if queue:
             head = queue[0]
             if head.timestamp_ms > self._high[writer]:
                 self._high[writer] = head.timestamp_ms
-            self._idle_since[writer] = None  # it wrote again: it holds time back until it says so
-
-    def rearm_idle_writers(self) -> None:
-        """Count every idle writer's idleness from now (its input may have grown while this
-        task was paused), as a restart does with the idle writers it restores."""
-        now = time.monotonic()
-        for writer, since in self._idle_since.items():
-            if since is not None:
-                self._idle_since[writer] = now
-        self._checked = False
+            self._idle[writer] = None  # it wrote again: it holds time back until it says so
 
     # -- the deque protocol a task uses ---------------------------------------------------------
     def __len__(self) -> int:
@@ -216,11 +308,11 @@ class WriterMergeQueue:
         partition above this bound, or it would run ahead of a slower writer here.
         """
         low = None
-        now = time.monotonic()
+        since = time.monotonic() - FRESH_ENDS_S
         for writer, queue in self._queues.items():
             if queue:
                 t = queue[0].timestamp_ms
-            elif self._holds_back(writer, now):
+            elif self._holds_back(writer, since):
                 t = self._high[writer]
             else:
                 continue
@@ -240,22 +332,28 @@ class WriterMergeQueue:
         Records are taken out of offset order across writers, so a restart from the committed
         offset skips each writer's records up to its ``done`` offset.
         """
-        return {
-            w: WriterState(self._high[w], self._idle_since[w] is not None, self._done[w])
-            for w in self._queues
-            if self._high[w] != NO_TIME or self._done[w] >= 0
-        }
+        states = {}
+        for w in self._queues:
+            if self._high[w] != NO_TIME or self._done[w] >= 0:
+                positions = self._idle[w]
+                idle = positions is not None
+                states[w] = WriterState(self._high[w], idle, self._done[w], positions or ())
+        return states
 
     # -- the merge ------------------------------------------------------------------------------
-    def _holds_back(self, writer: str, now: float) -> bool:
+    def _holds_back(self, writer: str, since: float) -> bool:
         """Whether ``writer``, with nothing waiting, may still write an older record than the
-        others': unless it has said for :data:`IDLE_WRITER_MS` that it read all of its input.
+        others': unless it said it read all of its input, and its input partitions, read from
+        Kafka after ``since`` (when the record to release arrived), still end there.
 
-        Not at once: live, a writer reads all of its input between two records, and its next
-        record may be older than another writer's newest.
+        Input written before that record was is then inside what the writer read: live, a
+        producer that writes in event-time order never has a writer's record come late this
+        way. Input written after it is as any record arriving later than another partition's.
         """
-        since = self._idle_since[writer]
-        return since is None or (now - since) * 1000 < IDLE_WRITER_MS
+        positions = self._idle[writer]
+        if positions is None:
+            return True
+        return self._ends is not None and not self._ends.reached(positions, since)
 
     def _head_writer(self) -> str | None:
         if self._checked:
@@ -268,14 +366,18 @@ class WriterMergeQueue:
                 candidate, candidate_time = writer, queue[0].timestamp_ms
         if candidate is None:
             return None
-        now = time.monotonic()
+        since = -1.0
         for writer, queue in self._queues.items():
-            if not queue and self._high[writer] < candidate_time and self._holds_back(writer, now):
+            if not queue and self._high[writer] < candidate_time:
+                if since < 0:
+                    since = self._arrival(self._queues[candidate][0].offset)
+                if not self._holds_back(writer, since):
+                    continue
                 # This writer may still write an older record: wait for it, unless the
                 # held records pass the bound.
                 if self._size <= self._max_held:
-                    if self._idle_since[writer] is not None:
-                        self._checked = False  # its idleness counts: look again later
+                    if self._idle[writer] is not None:
+                        self._checked = False  # its input's end is on its way: look again
                     return None
                 self.overflows += 1
                 break

@@ -27,7 +27,7 @@ from fluvial.processor.collector import (
     decode_origin,
     encode_origin,
 )
-from fluvial.processor.completeness import WriterMergeQueue, WriterState
+from fluvial.processor.completeness import InputEnds, WriterMergeQueue, WriterState
 from fluvial.processor.context import LiveNode, NodeContext
 from fluvial.processor.fusion import Step, link
 from fluvial.processor.metrics import (
@@ -415,21 +415,20 @@ class StreamTask:
                 self._consumed[(topic, partition)] = offset
 
     def merge_by_writer(
-        self, tp: TopicPartition, writers: list[str], restored: dict[str, WriterState] | None = None
+        self,
+        tp: TopicPartition,
+        writers: list[str],
+        restored: dict[str, WriterState] | None = None,
+        ends: InputEnds | None = None,
     ) -> None:
         """Read the repartition partition ``tp`` merged across its ``writers`` (upstream task
-        ids); ``restored``: what the last commit knew of each writer."""
+        ids); ``restored``: what the last commit knew of each writer; ``ends``: where the
+        writers' input partitions end (see :class:`~fluvial.processor.completeness.InputEnds`)."""
         if self._queues.get(tp):
             raise StreamsError(f"merge_by_writer({tp}) after records were added")
-        queue = WriterMergeQueue(writers, restored=restored)
+        queue = WriterMergeQueue(writers, restored=restored, ends=ends)
         self._queues[tp] = queue  # type: ignore[assignment]
         self._merged[tp] = queue
-
-    def rearm_idle_writers(self) -> None:
-        """After a pause (between two Spark leases): every writer idle so far holds time back
-        again for a while, as after a restart, until it says it is still idle."""
-        for queue in self._merged.values():
-            queue.rearm_idle_writers()
 
     def writer_states(self) -> dict[TopicPartition, dict[str, WriterState]]:
         """Per merged partition, what to commit of its writers beside its offset."""

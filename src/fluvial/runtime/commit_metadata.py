@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError
-from fluvial.processor.completeness import WriterState
+from fluvial.processor.completeness import Positions, WriterState
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.horizon import ChangelogHorizon, Needed
 from fluvial.runtime.progress import repartition_writers
@@ -100,11 +100,11 @@ class CommitMetadata:
     # sub-topology's order, when it has several: a windowed operator that a joined table's
     # input cannot reach resumes from its own inputs' time, not the table's.
     input_times: tuple[int, ...] = ()
-    # The progress records (newest input time, read all of its input) the task last sent as a
-    # writer of each merged repartition topic, in the order of the topics it writes, committed
-    # with it: a restart that finds the task where it was sends none again, so an idle
-    # application writes nothing new (fluvial.runtime.progress).
-    progress: tuple[tuple[int, bool], ...] | None = None
+    # The progress records (newest input time, read all of its input, where it read to) the
+    # task last sent as a writer of each merged repartition topic, in the order of the topics
+    # it writes, committed with it: a restart that finds the task where it was sends none
+    # again, so an idle application writes nothing new (fluvial.runtime.progress).
+    progress: tuple[tuple[int, bool, Positions], ...] | None = None
 
     PREFIX = "fluvial:"
     #: Compressed form, used once the plain JSON passes :data:`COMPRESS_ABOVE` characters.
@@ -125,10 +125,11 @@ class CommitMetadata:
         if self.input_times:
             payload["it"] = list(self.input_times)
         if self.progress is not None:
-            payload["pg"] = [[t, int(c)] for t, c in self.progress]
+            payload["pg"] = [[t, int(c), [list(at) for at in where]]
+                             for t, c, where in self.progress]  # fmt: skip
         if self.writers:
             payload["wr"] = [
-                [t, p, writer, s.high, int(s.idle), s.done]
+                [t, p, writer, s.high, int(s.idle), s.done, [list(at) for at in s.positions]]
                 for (t, p), states in sorted(self.writers.items())
                 for writer, s in sorted(states.items())
             ]
@@ -155,11 +156,17 @@ class CommitMetadata:
                 for t, p, nf, ns, nw in data.get("nd", [])
             }
             writers: dict[tuple[str, int], dict[str, WriterState]] = {}
-            for t, p, writer, high, idle, done in data.get("wr", []):
-                state = WriterState(int(high), bool(idle), int(done))
+            for t, p, writer, high, idle, done, *where in data.get("wr", []):
+                # An older fluvial's idle writer, without where it read to, is not taken as
+                # idle: it is waited for until it says more (fluvial.processor.completeness).
+                positions = _positions(where[0]) if where else ()
+                state = WriterState(int(high), bool(idle) and bool(where), int(done), positions)
                 writers.setdefault((t, int(p)), {})[str(writer)] = state
             sent = data.get("pg")
-            progress = tuple((int(t), bool(c)) for t, c in sent) if sent is not None else None
+            progress = None
+            if sent is not None and all(len(state) == 3 for state in sent):
+                # (An older fluvial's, without positions, is sent afresh.)
+                progress = tuple((int(t), bool(c), _positions(where)) for t, c, where in sent)
             return cls(int(data.get("st", -1)), ends, needed, "nd" in data, writers,
                        int(data.get("sq", 0)), tuple(int(t) for t in data.get("it", ())),
                        progress)  # fmt: skip
@@ -185,15 +192,22 @@ class CommitMetadata:
 
         tps = sorted(changelogs)
         now = 1_800_000_000_000
+
+        def where(writer: str) -> Positions:
+            # An idle writer's positions: its input topic (the same for every writer of a
+            # sub-topology), its partition and a 10-digit offset.
+            return (("the-upstream-sub-topology-input-topic", 9999, wide(10**9, 10**10)),)
+
         states = {
-            tp: {w: WriterState(now + wide(0, 10**9), False, wide(10**9, 10**10)) for w in ids}
+            tp: {w: WriterState(now + wide(0, 10**9), True, wide(10**9, 10**10), where(w))
+                 for w in ids}
             for tp, ids in (writers or {}).items()
-        }
+        }  # fmt: skip
         metadata = cls(wide(), {tp: wide() for tp in tps},
                        {tp: Needed(wide(), -wide(), -wide()) for tp in tps}, True, states,
                        sequence=wide(), input_times=tuple(now + wide(0, 10**9)
                                                           for _ in range(inputs)),
-                       progress=tuple((now + wide(0, 10**9), False)
+                       progress=tuple((now + wide(0, 10**9), True, where("task"))
                                       for _ in range(progress_topics)))  # fmt: skip
         return len(metadata.encode())
 
@@ -257,3 +271,8 @@ def changelog_horizons(
             horizon.resume(metadata.needed[tp])
         horizons[tp] = horizon
     return horizons
+
+
+def _positions(where: list[list[object]]) -> Positions:
+    return tuple((str(topic), int(partition), int(offset))  # type: ignore[call-overload]
+                 for topic, partition, offset in where)  # fmt: skip

@@ -7,10 +7,14 @@ See :mod:`fluvial.processor.completeness` for the design. Here a worker
   waits for writers that have not written yet;
 - sets its downstream tasks' repartition partitions to be read merged by writer;
 - sends each of its upstream tasks' progress to every partition of the repartition topics the
-  task writes, when it changed, at most every :data:`PROGRESS_INTERVAL_MS`. A downstream task
-  that restarts finds what it knew of each writer in its commit, and an upstream task that
-  restarts (on Spark, a slot that moved to another Python worker) finds the progress it last
-  sent in its own, and sends none until its input has told it where it stands.
+  task writes, when it changed, at most every :data:`PROGRESS_INTERVAL_MS`: with "read all of
+  its input", the offset each input partition ended at when it was read to its end. A
+  downstream task that restarts finds what it knew of each writer in its commit, and an
+  upstream task that restarts (on Spark, a slot that moved to another Python worker) finds the
+  progress it last sent in its own, and sends none until its input has told it where it stands;
+- reads, for its downstream tasks, where the input partitions of writers that said they read
+  all of it end now (:class:`~fluvial.processor.completeness.InputEnds`), at most every
+  :data:`ENDS_INTERVAL_S` while a task waits on such a writer.
 
 The progress a task sends on a repartition topic covers only the inputs whose records can
 reach that topic (:meth:`~fluvial.topology.topology.Subtopology.repartition_feeds`): the newest
@@ -24,9 +28,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
 from fluvial.processor.collector import RecordCollector, TaskId
@@ -34,13 +38,22 @@ from fluvial.processor.completeness import (
     PROGRESS_HEADER,
     PROGRESS_INTERVAL_MS,
     WRITER_HEADER,
+    InputEnds,
+    Positions,
     WriterState,
     encode_progress,
 )
 from fluvial.processor.task import StreamTask
+from fluvial.runtime.clients import consumer_settings
 from fluvial.topology.topology import Subtopology, Topology
 
 METADATA_TIMEOUT_S = 30.0
+#: How often the ends of idle writers' input partitions are read while a task waits on them.
+ENDS_INTERVAL_S = 0.05
+ENDS_TIMEOUT_S = 5.0
+
+#: What a writer says on a repartition topic: (stream time, read all of its input, positions).
+Progress = tuple[int, bool, Positions]
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +83,17 @@ def repartition_writers(
 
 
 def writer_progress(
-    task: StreamTask, feeds: frozenset[str], at_end: Container[tuple[str, int]]
-) -> tuple[int, bool]:
+    task: StreamTask, feeds: frozenset[str], at_end: Mapping[tuple[str, int], int]
+) -> Progress:
     """What ``task`` says on a repartition topic fed by the source topics ``feeds``: the
-    newest timestamp it processed from them, and whether it has read all of them (each
-    partition fetched to its end, ``at_end``, with nothing left waiting)."""
+    newest timestamp it processed from them, whether it has read all of them (each partition
+    fetched to its end, ``at_end`` with the end offset, and nothing left waiting), and if so
+    where each ended."""
     partition = task.task_id.partition
-    caught_up = all(
-        (t, partition) in at_end and task.buffered_in((t, partition)) == 0 for t in feeds
-    )
-    return task.input_time(feeds), caught_up
+    tps = [(t, partition) for t in sorted(feeds)]
+    caught_up = all(tp in at_end and task.buffered_in(tp) == 0 for tp in tps)
+    positions = tuple((t, p, at_end[(t, p)]) for t, p in tps) if caught_up else ()
+    return task.input_time(feeds), caught_up, positions
 
 
 class RepartitionProgress:
@@ -107,12 +121,18 @@ class RepartitionProgress:
         log.debug("writers of repartition topics: %s; merged: %s; partitions: %s",
                   self.writers, sorted(self.merged),
                   {t: self.partitions.get(t) for t in self.writers})  # fmt: skip
-        self._at_end: set[tuple[str, int]] = set()
+        # Partitions read to their end, with the end offset, and no record since.
+        self._at_end: dict[tuple[str, int], int] = {}
         # Partitions that gave records or reached their end since the worker started: until
         # all that feed a topic have, whether the task has read all of them is not known yet.
         self._seen: set[tuple[str, int]] = set()
-        self._sent: dict[tuple[TaskId, str], tuple[int, bool]] = {}
+        self._sent: dict[tuple[TaskId, str], Progress] = {}
         self._last_round = 0.0
+        #: Where idle writers' input partitions end, for this worker's downstream tasks.
+        self.ends = InputEnds()
+        self._ends_read = 0.0
+        self._ends_client: Consumer | None = None
+        self._config = config
 
     def merge_inputs(
         self, task: StreamTask, restored: dict[tuple[str, int], dict[str, WriterState]]
@@ -122,27 +142,58 @@ class RepartitionProgress:
             writers = self.writers.get(topic)
             if writers is not None and topic in self.merged:
                 tp = (topic, task.task_id.partition)
-                task.merge_by_writer(tp, writers, restored.get(tp))
+                task.merge_by_writer(tp, writers, restored.get(tp), self.ends)
 
     # -- what the consumer says -----------------------------------------------------------------
-    def reached_end(self, tp: tuple[str, int]) -> None:
-        self._at_end.add(tp)
+    def reached_end(self, tp: tuple[str, int], offset: int) -> None:
+        """``tp`` was read to its end, ``offset`` (the end for this worker's isolation level)."""
+        self._at_end[tp] = offset
         self._seen.add(tp)
 
     def got_records(self, tps: Iterable[tuple[str, int]]) -> None:
-        self._at_end.difference_update(tps)
-        self._seen.update(tps)
+        for tp in tps:
+            self._at_end.pop(tp, None)
+            self._seen.add(tp)
 
-    def resume(self, task_id: TaskId, sent: tuple[tuple[int, bool], ...] | None) -> None:
+    def read_ends(self) -> bool:
+        """Read where the input partitions that downstream tasks wait on end now, at most every
+        :data:`ENDS_INTERVAL_S`, in one request; whether any were read (the tasks then look
+        again). A client of its own asks: the worker's consumer keeps a fetch waiting on each
+        broker connection, and a request behind it would wait too."""
+        wanted = self.ends.wanted()
+        now = time.monotonic()
+        if not wanted or now - self._ends_read < ENDS_INTERVAL_S:
+            return False
+        self._ends_read = now
+        if self._ends_client is None:
+            self._ends_client = Consumer(consumer_settings(self._config, client_suffix="-ends"))
+        asked = [TopicPartition(t, p, OFFSET_END) for t, p in sorted(wanted)]
+        try:
+            answers = self._ends_client.offsets_for_times(asked, timeout=ENDS_TIMEOUT_S)
+        except KafkaException as error:
+            log.debug("cannot read where %d partition(s) end: %s", len(asked), error)
+            return False
+        ends = {
+            (a.topic, a.partition): a.offset for a in answers if a.error is None and a.offset >= 0
+        }
+        self.ends.update(ends, now)
+        return bool(ends)
+
+    def close(self) -> None:
+        if self._ends_client is not None:
+            self._ends_client.close()
+            self._ends_client = None
+
+    def resume(self, task_id: TaskId, sent: tuple[Progress, ...] | None) -> None:
         """The progress ``task_id`` last sent and committed on each topic it writes (in
         :meth:`sent`'s order), from its commit metadata: the same progress is not sent again."""
         topics = [t for t, _feeds in self._written.get(task_id.subtopology, ())]
         if sent is None or len(sent) != len(topics):
             return  # none, or another layout's: sent afresh
         for topic, state in zip(topics, sent, strict=True):
-            self._sent[(task_id, topic)] = (int(state[0]), bool(state[1]))
+            self._sent[(task_id, topic)] = state
 
-    def sent(self, task_id: TaskId) -> tuple[tuple[int, bool], ...] | None:
+    def sent(self, task_id: TaskId) -> tuple[Progress, ...] | None:
         """The progress ``task_id`` last sent on each merged topic it writes, in the order of
         those topics, for its commit metadata; None before it sent on each of them."""
         topics = [t for t, _feeds in self._written.get(task_id.subtopology, ())]
@@ -184,29 +235,8 @@ class RepartitionProgress:
                 sent = True
         return sent
 
-    def stopping(self, tasks: Iterable[StreamTask], collector: RecordCollector) -> bool:
-        """Before the last commit of a worker that stops or pauses (between two Spark leases):
-        its tasks say they have not read all of their input, whatever they said before.
-
-        Input goes on arriving while a worker reads nothing. A downstream task that took this
-        writer as idle would release the other writers' records while this one is still
-        starting, and this writer's records, as old, would then come late. So it waits for
-        this writer's next progress: a worker sends its tasks' progress in its first round
-        (a restarted one has sent nothing yet; a resumed one says what changed since this).
-        Returns whether it sent anything.
-        """
-        sent = False
-        for task in tasks:
-            for topic, feeds in self._written.get(task.task_id.subtopology, ()):
-                last = self._sent.get((task.task_id, topic))
-                if last is not None and not last[1]:
-                    continue  # it said so already: saying it again would only write
-                self._send(task, topic, (task.input_time(feeds), False), collector)
-                sent = True
-        return sent
-
     def _send(
-        self, task: StreamTask, topic: str, state: tuple[int, bool], collector: RecordCollector
+        self, task: StreamTask, topic: str, state: Progress, collector: RecordCollector
     ) -> None:
         headers = [
             (PROGRESS_HEADER, encode_progress(*state)),

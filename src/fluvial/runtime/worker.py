@@ -307,7 +307,6 @@ class Worker:
         """Commit (if ``clean``) and release everything. A dirty close commits nothing."""
         try:
             if clean and self._producer is not None:
-                self._say_stopping()
                 self.commit(force=True)
                 self._purge.purge(self._committed, self._repartition_topics)
         finally:
@@ -334,6 +333,8 @@ class Worker:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            if self._progress is not None:
+                self._progress.close()
             if self._producer is not None and self._calls.hung:
                 # A call is still blocked inside it: any other call could block as well.
                 self._calls.hung = False
@@ -414,8 +415,8 @@ class Worker:
         deadline = time.monotonic() + seconds
         if self._paused:
             self._paused = False
-            for task in self.tasks.values():
-                task.rearm_idle_writers()
+            if self._progress is not None:
+                self._progress.ends.forget()  # the writers' input may have grown meanwhile
         while time.monotonic() < deadline and not self.stop_event.is_set():
             if until is not None and until.is_set():
                 return
@@ -428,12 +429,12 @@ class Worker:
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
         # Group by partition and hand each task its records in one call, in offset order.
         batches: dict[tuple[str, int], list[ConsumedRecord]] = {}
-        at_end: list[tuple[str, int]] = []
+        at_end: list[tuple[str, int, int]] = []
         for msg in messages:
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.append((msg.topic(), msg.partition()))
+                    at_end.append((msg.topic(), msg.partition(), msg.offset()))
                     continue
                 if error.fatal():
                     raise StreamsError(f"the consumer failed: {error.str()}")
@@ -455,7 +456,7 @@ class Worker:
                 self._guard.check(topic, partition, batch)
             self._task_by_tp[(topic, partition)].add_records(topic, partition, batch)
             self.metrics.records_in += len(batch)
-        for topic, partition in at_end:
+        for topic, partition, _end in at_end:
             task = self._task_by_tp.get((topic, partition))
             if task is not None:
                 task.reached_end(topic, partition)
@@ -463,10 +464,11 @@ class Worker:
         if progress is not None:
             # A partition's end comes after its records in one batch: records first.
             progress.got_records(batches)
-            for tp in at_end:
-                progress.reached_end(tp)
+            for topic, partition, end in at_end:
+                progress.reached_end((topic, partition), end)
             if any(tp[0] in self._repartition_topics for tp in batches):
                 self._dirty = True  # progress records alone move the offsets to commit
+            progress.read_ends()  # after the records: see InputEnds
         if self.global_tables is not None:
             self.global_tables.poll(0.0)
         self._process()
@@ -508,17 +510,11 @@ class Worker:
     def pause(self) -> None:
         """Commit before a pause in which this worker reads nothing (it waits for its next
         Spark lease). Nothing more is written: an idle application writes nothing. When the
-        next lease starts, its downstream tasks hold every idle writer back again for a while
-        (:meth:`run_for`), as after a restart, so that a writer whose input grew during the
-        pause can say so before the others run ahead of it."""
+        next lease starts, its downstream tasks read the ends of idle writers' input afresh
+        (:meth:`run_for`): a writer whose input grew during the pause holds time back until
+        it has read it."""
         self.commit()
         self._paused = True
-
-    def _say_stopping(self) -> None:
-        if self._progress is not None and self._collector is not None:
-            # Committed next, with the offsets: an open transaction would hold back every
-            # read_committed reader of the repartition topics for the whole pause.
-            self._dirty |= self._progress.stopping(self.tasks.values(), self._collector)
 
     def commit(self, *, force: bool = False) -> None:
         """Commit outputs, state changes and input offsets together.

@@ -23,7 +23,7 @@ OUT = os.environ.get("FLUVIAL_TEST_OUTPUT", "out")
 # Every record an operator drops is logged, so a failing test names which ones were dropped.
 # So is each upstream task's end of input, as it says it and as each downstream task takes it.
 _handler = logging.StreamHandler(sys.stderr)
-_handler.setFormatter(logging.Formatter("%(threadName)s %(name)s: %(message)s"))
+_handler.setFormatter(logging.Formatter("%(relativeCreated)d %(threadName)s %(name)s: %(message)s"))
 for _name in ("fluvial.dsl", "fluvial.processor.completeness", "fluvial.runtime.progress"):
     logging.getLogger(_name).setLevel(logging.DEBUG)
     logging.getLogger(_name).addHandler(_handler)
