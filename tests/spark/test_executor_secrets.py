@@ -94,6 +94,30 @@ def test_executors_rebuild_an_app_configured_from_its_own_variables(
     assert "FLUVIAL_KAFKA_CLIENT_SASL_PASSWORD" not in os.environ
 
 
+def test_one_python_worker_rebuilds_each_app_with_its_own_drivers_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Python worker runs the leases of every application of its Spark context in turn.
+    The same APP.py under another driver's values is another topology, and a variable the
+    earlier application had, and this one has not, is gone when it loads."""
+    app = write_app(tmp_path, "FLUVIAL_TEST_INPUT")
+    monkeypatch.setenv("FLUVIAL_TEST_INPUT", "views-first")
+    monkeypatch.setenv("FLUVIAL_TEST_EXTRA", "only-the-first")
+    first = AppSource.read(app)
+    monkeypatch.setenv("FLUVIAL_TEST_INPUT", "views-second")
+    monkeypatch.delenv("FLUVIAL_TEST_EXTRA")
+    second = AppSource.read(app)
+    # The Python worker's own environment, as the first application's leases left it.
+    monkeypatch.delenv("FLUVIAL_TEST_INPUT")
+
+    assert first.digest != second.digest
+    assert _topology(first).source_topics() == ["views-first"]
+    assert os.environ["FLUVIAL_TEST_EXTRA"] == "only-the-first"
+    assert _topology(second).source_topics() == ["views-second"]
+    assert "FLUVIAL_TEST_EXTRA" not in os.environ
+    assert _topology(first).source_topics() == ["views-first"]  # its own, still
+
+
 def test_an_app_that_reads_a_secret_when_loaded_is_told_why_it_is_missing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -97,8 +97,11 @@ class AppSource:
 
     @property
     def digest(self) -> str:
+        """Changes with the source, the internal names and the environment it is built with:
+        the same APP.py under other ``FLUVIAL_*`` values is another topology."""
         names = json.dumps(self.internal_names, sort_keys=True) if self.internal_names else ""
-        return hashlib.sha256((self.text + names).encode()).hexdigest()[:16]
+        env = json.dumps(self.env, sort_keys=True) if self.env else ""
+        return hashlib.sha256((self.text + names + env).encode()).hexdigest()[:16]
 
     @classmethod
     def read(cls, path: Path, internal_names: dict[str, dict[str, str]] | None = None) -> AppSource:
@@ -458,14 +461,32 @@ def _take(
     return entry, False
 
 
+#: The ``FLUVIAL_*`` variables this process last set for an application (see _use_env).
+_app_env: dict[str, str] = {}
+
+
+def _use_env(env: dict[str, str]) -> None:
+    """Set the driver's ``FLUVIAL_*`` variables for an APP.py about to be loaded here.
+
+    A Python worker runs the leases of every application of its Spark context, one after
+    another: the values an earlier application set are replaced, and those it set that this
+    one lacks are removed, so APP.py reads what its own driver has."""
+    for key, value in _app_env.items():
+        if key not in env and os.environ.get(key) == value:
+            del os.environ[key]
+    _app_env.clear()
+    for key, value in env.items():
+        os.environ[key] = value
+        _app_env[key] = value
+
+
 def _topology(source: AppSource) -> Topology:
     """Rebuild the topology from APP.py once per process and source version."""
     from fluvial.loader import AppError, load_app
 
     topology = _apps.get(source.digest)
     if topology is None:
-        for key, value in source.env.items():
-            os.environ.setdefault(key, value)
+        _use_env(source.env)
         directory = Path(tempfile.gettempdir()) / "fluvial-apps" / source.digest
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / source.filename
