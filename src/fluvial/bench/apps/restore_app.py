@@ -13,7 +13,7 @@ import time
 
 from fluvial import StreamsConfig
 from fluvial.bench.restore import STORE, restore_topology
-from fluvial.iq.queries import StoreUnavailableError
+from fluvial.iq.queries import KeyValueView, StoreUnavailableError
 from fluvial.metrics import WorkerMetrics
 from fluvial.runtime import Application
 
@@ -61,6 +61,7 @@ def main(settings: dict) -> dict:
             app.raise_if_failed()
             try:
                 store = app.store(STORE)
+                assert isinstance(store, KeyValueView)  # a table's store
                 out["value"] = store.get(settings["key"])
                 out["entries"] = len(store.all())
                 break
