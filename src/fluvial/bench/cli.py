@@ -384,6 +384,35 @@ def hotpath(
         json_out.write_text(json.dumps(data, indent=1) + "\n")
 
 
+@bench_app.command("restore")
+def restore(
+    keys: Annotated[
+        int, typer.Option(help="Keys of the restored store (rows of its changelog)")
+    ] = 1_000_000,
+    partitions: Partitions = 3,
+    value_bytes: Annotated[int, typer.Option(help="Bytes of each value")] = 100,
+    systems: Annotated[
+        str, typer.Option(help="Comma-separated: fluvial-local, kafka-streams")
+    ] = "fluvial-local,kafka-streams",
+    bootstrap_servers: Bootstrap = None,
+    json_out: JsonOut = None,
+) -> None:
+    """fluvial and Kafka Streams restoring the same changelog of a key-value store (N keys, the
+    same bytes) into a fresh state directory, one after the other: records/s and CPU µs per
+    record of the restoring process, and their ratios (see fluvial/bench/restore.py)."""
+    from fluvial.bench.restore import SYSTEMS, run_restore_bench
+
+    chosen = tuple(_csv(systems))
+    for name in chosen:
+        if name not in SYSTEMS:
+            raise typer.BadParameter(f"unknown system {name!r}: use {', '.join(SYSTEMS)}")
+    for value, option in ((keys, "--keys"), (partitions, "--partitions")):
+        if value < 1:
+            raise typer.BadParameter(f"{option} must be at least 1, got {value}")
+    run_restore_bench(keys=keys, partitions=partitions, value_bytes=max(0, value_bytes),
+                      bootstrap=bootstrap_servers, json_out=json_out, systems=chosen)  # fmt: skip
+
+
 @bench_app.command("hotspots")
 def hotspots(
     profile: Annotated[Path, typer.Argument(help="A py-spy profile written by --profile")],

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -280,8 +280,15 @@ class Launched:
 
 def _delete_topics(spec: RunSpec, app_prefix: str) -> None:
     """Remove the run's topics and the system's internal ones: a matrix fills no disk."""
-    admin = admin_client(spec.bootstrap, **spec.client_config)
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(app_prefix)]
+    delete_topics_of(spec.bootstrap, [app_prefix], spec.client_config)
+
+
+def delete_topics_of(
+    bootstrap: str, prefixes: list[str], client_config: dict[str, str] | None = None
+) -> None:
+    """Delete every topic whose name starts with one of ``prefixes`` (application ids)."""
+    admin = admin_client(bootstrap, **(client_config or {}))
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(tuple(prefixes))]
     if names:
         for future in admin.delete_topics(names, operation_timeout=30).values():
             with contextlib.suppress(Exception):
@@ -332,11 +339,15 @@ def measure_throughput(
     *,
     multi_hop: bool,
     timeout_s: float = 900,
+    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Start the system on pre-loaded ``inputs`` (topic -> partitions, ``expected`` records in
     all) and time it until its committed input offsets reach their end; ``multi_hop``: it has
-    repartition topics, whose last hop commits after the input does. Deletes the run's topics
-    (those named after its application id) and state when done."""
+    repartition topics, whose last hop commits after the input does. ``say`` is told how far it
+    is every few seconds. Deletes the run's topics (those named after its application id) and
+    state when done. The result holds the epoch times the run began and ended
+    (``started_at``, ``finished_at``)."""
+    result["started_at"] = time.time()
     launched: Launched | None = None
     try:
         launched = Launched(system, spec)
@@ -352,14 +363,23 @@ def measure_throughput(
             quiet_s=(spec.commit_ms / 1000 + 2.0) if multi_hop else 0.0,
         )  # fmt: skip
         try:
-            done_at = progress.wait_done(expected, timeout_s=timeout_s, alive=launched.alive)
+            report = None
+            if say is not None:
+                begun = time.monotonic()
+                report = lambda n: say(  # noqa: E731
+                    f"  {system.label(spec)}: {n:,} of {expected:,} input records committed "
+                    f"({time.monotonic() - begun:.0f} s)"
+                )
+            done_at = progress.wait_done(
+                expected, timeout_s=timeout_s, alive=launched.alive, report=report
+            )
             first = progress.first_write_at
             if system.offsets == "progress-file":
                 first = spark_progress(spec)[0]
         except (TimeoutError, RuntimeError, KafkaException) as error:
             launched.stop()
-            return {**result, "status": "failed", "reason": str(error),
-                    "log_tail": launched.log_tail()}  # fmt: skip
+            result.update(status="failed", reason=str(error), log_tail=launched.log_tail())
+            return result
         finally:
             progress.close()
         exit_code = launched.stop()
@@ -388,6 +408,7 @@ def measure_throughput(
             launched.stop()  # interrupted: leave no process of the run behind
         _delete_topics(spec, spec.app_id)
         shutil.rmtree(spec.work_dir / "state", ignore_errors=True)
+        result["finished_at"] = time.time()  # its process stopped and its topics deleted
 
 
 def run_latency(

@@ -245,10 +245,18 @@ class Progress:
         timeout_s: float,
         interval_s: float = 0.05,
         alive: Callable[[], bool] = lambda: True,
+        report: Callable[[int], None] | None = None,
+        report_every_s: float = 5.0,
     ) -> float:
-        """Poll until ``expected`` input records are committed; return the epoch time of that."""
+        """Poll until ``expected`` input records are committed; return the epoch time of that.
+
+        ``report`` is told the input records committed so far every ``report_every_s``."""
         deadline = time.monotonic() + timeout_s
+        reported = time.monotonic()
         while time.monotonic() < deadline:
+            if report is not None and time.monotonic() - reported >= report_every_s:
+                report(self.last_committed)
+                reported = time.monotonic()
             try:
                 self.poll()
             except KafkaException:

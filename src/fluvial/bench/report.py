@@ -170,55 +170,20 @@ def _nexmark_runs(runs: list[Run]) -> list[Run]:
 def nexmark_markdown(runs: list[Run]) -> list[str]:
     """Nexmark: per query and setting, fluvial against Kafka Streams (CPU per event and
     throughput as ratios within the run) beside Flink's published per-core figure."""
-    nexmark = _nexmark_runs(runs)
-    if not nexmark:
+    from fluvial.bench.nexmark.table import HEADERS, row_cells, table_rows
+
+    rows = [r for r in table_rows(runs) if r.value("fluvial", "throughput_rps") is not None
+            or r.value("kafka-streams", "throughput_rps") is not None]  # fmt: skip
+    if not rows:
         return []
     lines = [
         "Nexmark: per query, guarantee and cache setting (ratios: fluvial / kafka-streams in "
         "this run; Flink's figure is Flink's own set-up, generated source and no Kafka I/O):",
         "",
-        "| query | guarantee | cache | fluvial events/s | kafka-streams events/s | throughput "
-        "ratio | fluvial CPU µs/event | kafka-streams CPU µs/event | CPU ratio | Flink per core |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(HEADERS) + " |",
+        "|---|---|---|" + "---:|" * (len(HEADERS) - 3),
     ]
-    by: dict[tuple[str, str, bool, str], Run] = {}
-    for r in nexmark:
-        cached = r["system"].endswith("+cache")
-        by[(r["query"], r["guarantee"], cached, r["system"].removesuffix("+cache"))] = r
-    # One row per fluvial engine that ran (the local engine, the Spark engine, or both).
-    engines = sorted({k[3] for k in by if k[3].startswith("fluvial-")}) or ["fluvial-local"]
-    for query, guarantee, cached, engine in sorted(
-        {(*k[:3], e) for k in by for e in engines}, key=lambda k: (int(k[0][1:]), k[1], k[2], k[3])
-    ):
-        ours = by.get((query, guarantee, cached, engine))
-        theirs = by.get((query, guarantee, cached, "kafka-streams"))
-        if ours is None and len(engines) > 1:
-            continue
-        flink = next(
-            (r.get("flink_per_core_events_per_s") for r in nexmark if r["query"] == query), None
-        )
-        label = (
-            query if engine == "fluvial-local" else f"{query} ({engine.removeprefix('fluvial-')})"
-        )
-        cells = [label, guarantee.replace("_v2", ""), "on" if cached else "off"]
-        cells += [
-            f"{ours['throughput_rps']:,.0f}" if ours else "",
-            f"{theirs['throughput_rps']:,.0f}" if theirs else "",
-        ]
-        cells.append(
-            f"{ours['throughput_rps'] / theirs['throughput_rps']:.2f}" if ours and theirs else ""
-        )
-        cells += [
-            f"{ours['cpu_us_per_record']:.1f}" if ours else "",
-            f"{theirs['cpu_us_per_record']:.1f}" if theirs else "",
-        ]
-        cells.append(
-            f"{ours['cpu_us_per_record'] / theirs['cpu_us_per_record']:.2f}"
-            if ours and theirs
-            else ""
-        )
-        cells.append(f"{flink:,}" if flink else "")
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(row_cells(row)) + " |" for row in rows]
     return [*lines, ""]
 
 

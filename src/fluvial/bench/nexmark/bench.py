@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from fluvial.bench.nexmark.compare import prepare_side_inputs
 from fluvial.bench.nexmark.generator import Written, write
 from fluvial.bench.nexmark.queries import QUERIES
 from fluvial.bench.nexmark.runner import Settings, kafka_streams_command
+from fluvial.bench.nexmark.table import as_dicts, print_table, summary, table_rows
 from fluvial.bench.results import Results, console
 from fluvial.bench.systems import APPS, RunSpec, System
 from fluvial.kafka.admin import TopicSpec, create_topics
@@ -166,6 +168,10 @@ class NexmarkQuix(System):
         return setup.peer_version("quix")
 
 
+def _print(line: str) -> None:
+    console.print(line, highlight=False, markup=False)
+
+
 def _reads(query: str, prefix: str) -> tuple[list[str], bool]:
     """The input topics the query reads, and whether it re-keys (a later hop commits later)."""
     builder = StreamsBuilder()
@@ -191,8 +197,13 @@ def run_nexmark_bench(
     master: str = "local[2]",
     timeout_s: float = 1800,
     profile_dir: Path | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Every query x guarantee x cache setting x system on one generated input."""
+    """Every query x guarantee x cache setting x system on one generated input, one run at a
+    time: each run alone on the broker (its topics are deleted before the next one starts), in
+    query order. Prints each run's progress as it goes and the table of ratios at the end."""
+    if say is None:
+        say = _print
     results = Results(json_out)
     made: dict[str, System] = {}
     if "kafka-streams" in systems:
@@ -220,6 +231,8 @@ def run_nexmark_bench(
             "note": "Flink's published Nexmark figures (Flink 1.13, generated source, discard "
             "sink: Flink's own set-up without Kafka I/O), not measured here",
         }
+        total = len(queries) * len(guarantees) * len(caches) * len(systems)
+        done = 0
         for query in queries:
             inputs, rekeys = _reads(query, prefix)
             expected = sum(written.counts[kind] for kind, t in written.topics.items()
@@ -241,6 +254,10 @@ def run_nexmark_bench(
                             if profile_dir and name.startswith("fluvial")
                             else None,
                         )  # fmt: skip
+                        done += 1
+                        say(f"[{done}/{total}] {query} {guarantee} cache "
+                            f"{'on' if cache else 'off'}: {system.label(spec)}, {expected:,} "
+                            "events")  # fmt: skip
                         result = base_result(system, spec, "throughput")
                         result["query"] = query
                         result["flink_per_core_events_per_s"] = FLINK_PER_CORE.get(query)
@@ -251,10 +268,14 @@ def run_nexmark_bench(
                         create_topics(servers, [TopicSpec(spec.output_topic, partitions)])
                         run = measure_throughput(
                             system, spec, result, dict.fromkeys(inputs, partitions), expected,
-                            multi_hop=rekeys, timeout_s=timeout_s,
+                            multi_hop=rekeys, timeout_s=timeout_s, say=say,
                         )  # fmt: skip
                         results.add(run)
     results.data["pinning"] = PINNING.describe()
+    rows = table_rows(results.data["runs"])
+    results.data["table"] = as_dicts(rows)
+    results.data["summary"] = summary(rows)
+    print_table(rows)
     if json_out is not None:
         results.save()
     return results.data
