@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from fluvial.errors import SerializationError
 from fluvial.records import Window, Windowed
@@ -38,6 +39,8 @@ def _where(topic: str | None) -> str:
     return f"on topic {topic!r}" if topic is not None else "(no topic)"
 
 
+# Compiled, Serde is a native class: users' own subclasses of it stay allowed.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Serde(Generic[T]):
     """A pair of functions between objects of type ``T`` and bytes.
 
@@ -45,6 +48,9 @@ class Serde(Generic[T]):
     they raise comes back as a :class:`SerializationError` that names the serde and the topic,
     because a bare ``struct.error`` from deep inside a topology tells nobody which record broke.
     """
+
+    #: A windowed key serde's inner key serde, which places its records (else ``None``).
+    windowed_inner: Serde[Any] | None = None
 
     def __init__(
         self,
@@ -92,7 +98,8 @@ class Serde(Generic[T]):
             return None
         try:
             plain = self._plain_serialize
-            data = plain(obj) if plain is not None else self._serialize_fn(topic, obj)
+            # A user's function: what it returns is checked below, not assumed to be bytes.
+            data: object = plain(obj) if plain is not None else self._serialize_fn(topic, obj)
         except SerializationError:
             raise
         except Exception as exc:
@@ -469,7 +476,7 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
         return Windowed(key, Window(start, end))  # type: ignore[arg-type]
 
     serde = Serde._with_topic(ser, de, name)
-    serde.windowed_inner = inner  # type: ignore[attr-defined]  # see _TimeWindowedSerde
+    serde.windowed_inner = inner  # see _TimeWindowedSerde
     return serde
 
 
