@@ -149,6 +149,20 @@ def notice() -> str | None:
     return f"fluvial: running the engine interpreted ({why}); `make setup` compiles it"
 
 
+_announced = False
+
+
+def announce(write: Any = None) -> None:
+    """Say :func:`notice` once per process (on stderr unless ``write`` is given): ``fluvial
+    run`` and the Spark driver call this at start."""
+    global _announced
+    line = notice()
+    if line is None or _announced:
+        return
+    _announced = True
+    (write or sys.stderr.write)(line + "\n")
+
+
 def is_compiled() -> bool:
     """Whether the compiled modules are loaded from their build (after :func:`check`)."""
     return check() is None
