@@ -177,7 +177,7 @@ def cannot_compile() -> str | None:
 
     compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
     if shutil.which(compiler) is None:
-        return f"the install found no C compiler ({compiler})"
+        return f"the install found no C compiler named {compiler}"
     if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
         return "the install found no Python.h (Python's development headers)"
     return None
