@@ -137,7 +137,11 @@ class CompiledEngineHook(BuildHookInterface):  # type: ignore[type-arg]
                     made = _build(compiled, out, scratch)
                 except (Exception, SystemExit) as error:  # mypyc exits on a type error
                     traceback.print_exc(file=sys.stderr)
-                    skipped = f"compiling it failed at install ({type(error).__name__})"
+                    detail = str(error).strip().splitlines()[-1:] or [""]
+                    skipped = (
+                        f"compiling it failed at install, {type(error).__name__}: {detail[0]}; "
+                        "`uv sync -v --reinstall-package fluvial` shows why"
+                    )
                     made = []
             if skipped is not None:
                 print(f"fluvial: the engine stays interpreted: {skipped}", file=sys.stderr)
