@@ -152,10 +152,10 @@ class CompiledEngineHook(BuildHookInterface):  # type: ignore[type-arg]
                     shutil.copy2(path, target)
                 record_path.write_text(record, encoding="utf-8")
                 return
-            # A wheel: the extensions and the record go in as files of their own.
-            kept = Path(self.directory) / "fluvial-engine"
-            shutil.rmtree(kept, ignore_errors=True)
-            kept.mkdir(parents=True)
+            # A wheel: the extensions and the record go in as files of their own, kept until
+            # the wheel is written (finalize).
+            kept = Path(tempfile.mkdtemp(prefix="fluvial-engine-"))
+            self._kept = kept
             for path in made:
                 target = kept / path.relative_to(out)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -166,6 +166,11 @@ class CompiledEngineHook(BuildHookInterface):  # type: ignore[type-arg]
             if made:
                 build_data["pure_python"] = False
                 build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        kept = getattr(self, "_kept", None)
+        if kept is not None:
+            shutil.rmtree(kept, ignore_errors=True)
 
     def _remove_in_place(self, compiled: Any) -> None:
         """An editable install's earlier build: gone before a new one (or none) is made."""
