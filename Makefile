@@ -31,8 +31,14 @@ typecheck:
 docs: setup  ## the guides and the API reference into site/; fails on a broken reference or an undocumented public name
 	$(UV) run mkdocs build --strict
 
+CAN_COMPILE := 'import fluvial.compiled as c; print(0 if c.cannot_compile() else 1)'
+# The semantics suite (TopologyTestDriver): run a second time on the interpreted engine.
+SEMANTICS := tests/dsl tests/processor tests/testing
+
 test: setup lint docs  ## lint, build the docs, then the whole suite (unit + integration on local Kafka and Spark)
-	$(UV) run pytest
+	@# Where a C compiler exists the engine must be compiled: a missing or stale build fails.
+	FLUVIAL_REQUIRE_COMPILED=$$($(UV) run --no-sync python -c $(CAN_COMPILE)) $(UV) run pytest
+	FLUVIAL_INTERPRETED=1 FLUVIAL_REQUIRE_COMPILED= $(UV) run pytest $(SEMANTICS)
 
 test-fast: setup  ## the suite without tests marked slow
 	$(UV) run pytest -m "not slow"

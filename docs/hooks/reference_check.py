@@ -17,12 +17,18 @@ import ast
 import functools
 import importlib
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
+
+# The reference documents the source: mypyc's compiled classes and methods (fluvial.compiled)
+# carry no docstrings, so the docs read the engine's modules interpreted.
+os.environ["FLUVIAL_INTERPRETED"] = "1"
+os.environ.pop("FLUVIAL_REQUIRE_COMPILED", None)
 
 PUBLIC_MODULES = (
     "fluvial",

@@ -10,6 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 import fluvial.startup  # noqa: F401 - first: a SIGTERM while fluvial starts exits cleanly
+from fluvial.compiled import check as _check_compiled_engine
+
+# Before any compiled module loads: an edited or missing build makes their sources load instead.
+_check_compiled_engine()
 
 if TYPE_CHECKING:
     from fluvial import serdes

@@ -426,10 +426,12 @@ def run(
     allow_state_loss: AllowStateLossOption = None,
 ) -> None:
     """Run an application until Ctrl-C or SIGTERM, which commit and stop."""
+    from fluvial.compiled import announce
     from fluvial.config import StreamsConfig
     from fluvial.runtime.deployments import DeploymentPolicy
     from fluvial.runtime.runner import run_application
 
+    announce()  # one line when the engine runs interpreted
     deployment = DeploymentPolicy(allow_state_loss=_names(allow_state_loss))
     extra_spark_conf = None
     try:

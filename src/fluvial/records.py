@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
@@ -16,7 +16,7 @@ class KeyValue(NamedTuple, Generic[K, V]):
     value: V
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, order=True)
 class Window:
     """A time window ``[start_ms, end_ms)``; sliding and session windows treat ``end_ms`` as inclusive."""
 
@@ -28,50 +28,75 @@ class Window:
             raise ValueError(f"window end {self.end_ms} is before its start {self.start_ms}")
 
 
-@dataclass(frozen=True, slots=True)
+# Windowed and Record are plain classes, not dataclasses: compiled (mypyc), a dataclass that is
+# also Generic fails at import, and a plain class with typed attributes becomes a native one.
 class Windowed(Generic[K]):
     """A key of a windowed aggregation: the record key plus the window it was counted in."""
 
     key: K
     window: Window
 
+    def __init__(self, key: K, window: Window) -> None:
+        self.key = key
+        self.window = window
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Windowed) and self.key == other.key and self.window == other.window
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.window))
+
+    def __repr__(self) -> str:
+        return f"Windowed(key={self.key!r}, window={self.window!r})"
+
     def __str__(self) -> str:
         return f"[{self.key}@{self.window.start_ms}/{self.window.end_ms}]"
 
 
-# Frozen dataclasses set their fields through object.__setattr__, which costs about half again
-# a plain slot store. Windows and windowed keys are made once per emitted revision, so their
-# constructors set the slots directly (what the generated ones do, less the detour).
-_set_start, _set_end = Window.start_ms.__set__, Window.end_ms.__set__  # type: ignore[attr-defined]
-_set_key, _set_window = Windowed.key.__set__, Windowed.window.__set__  # type: ignore[attr-defined]
-
-
-def _window_init(self: Window, start_ms: int, end_ms: int) -> None:
-    _set_start(self, start_ms)
-    _set_end(self, end_ms)
-    self.__post_init__()
-
-
-def _windowed_init(self: Windowed[Any], key: Any, window: Window) -> None:
-    _set_key(self, key)
-    _set_window(self, window)
-
-
-Window.__init__ = _window_init  # type: ignore[method-assign]
-Windowed.__init__ = _windowed_init  # type: ignore[method-assign]
-
-
-@dataclass(slots=True)
 class Record(Generic[K, V]):
     """One record: key, value, timestamp (ms) and headers, plus where it was read from."""
 
     key: K
     value: V
     timestamp_ms: int
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    topic: str | None = None
-    partition: int | None = None
-    offset: int | None = None
+    headers: list[tuple[str, bytes | None]]
+    topic: str | None
+    partition: int | None
+    offset: int | None
+
+    def __init__(
+        self,
+        key: K,
+        value: V,
+        timestamp_ms: int,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp_ms = timestamp_ms
+        self.headers = [] if headers is None else headers
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and (
+            self.key, self.value, self.timestamp_ms, self.headers, self.topic, self.partition,
+            self.offset,
+        ) == (
+            other.key, other.value, other.timestamp_ms, other.headers, other.topic,
+            other.partition, other.offset,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(key={self.key!r}, value={self.value!r}, timestamp_ms={self.timestamp_ms!r}, "
+            f"headers={self.headers!r}, topic={self.topic!r}, partition={self.partition!r}, "
+            f"offset={self.offset!r})"
+        )
 
     # These run once per record per operator: direct construction, because
     # dataclasses.replace() inspects the fields on every call. The same objects are shared.

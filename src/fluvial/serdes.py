@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from fluvial.errors import SerializationError
 from fluvial.records import Window, Windowed
@@ -38,6 +39,8 @@ def _where(topic: str | None) -> str:
     return f"on topic {topic!r}" if topic is not None else "(no topic)"
 
 
+# Compiled, Serde is a native class: users' own subclasses of it stay allowed.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Serde(Generic[T]):
     """A pair of functions between objects of type ``T`` and bytes.
 
@@ -45,6 +48,9 @@ class Serde(Generic[T]):
     they raise comes back as a :class:`SerializationError` that names the serde and the topic,
     because a bare ``struct.error`` from deep inside a topology tells nobody which record broke.
     """
+
+    #: A windowed key serde's inner key serde, which places its records (else ``None``).
+    windowed_inner: Serde[Any] | None = None
 
     def __init__(
         self,
@@ -91,8 +97,11 @@ class Serde(Generic[T]):
         if obj is None:
             return None
         try:
-            plain = self._plain_serialize
-            data = plain(obj) if plain is not None else self._serialize_fn(topic, obj)
+            # Users' functions: what they return is checked below, not assumed to be bytes
+            # (compiled, a result typed bytes would be refused before this serde can name it).
+            plain: Callable[[T], object] | None = self._plain_serialize
+            with_topic: Callable[[str | None, T], object] = self._serialize_fn
+            data = plain(obj) if plain is not None else with_topic(topic, obj)
         except SerializationError:
             raise
         except Exception as exc:
@@ -227,7 +236,7 @@ class _StringSerde(Serde[str]):
         super().__init__(self._to_bytes, self._from_bytes, "string")
 
     @staticmethod
-    def _to_bytes(obj: str) -> bytes:
+    def _to_bytes(obj: object) -> bytes:
         if not isinstance(obj, str):
             raise TypeError(f"expected str, got {type(obj).__name__}")
         return obj.encode("utf-8")
@@ -236,7 +245,9 @@ class _StringSerde(Serde[str]):
     def _from_bytes(data: bytes) -> str:
         return bytes(data).decode("utf-8")
 
-    def serialize(self, topic: str | None, obj: str | None) -> bytes | None:
+    # ``obj: object``: what users pass is checked here (compiled, a ``str`` parameter would
+    # refuse anything else before this serde could name it).
+    def serialize(self, topic: str | None, obj: object) -> bytes | None:
         if obj is None:
             return None
         try:
@@ -261,7 +272,7 @@ def string() -> Serde[str]:
 def bytes_() -> Serde[bytes]:
     """Raw bytes, unchanged (Java ``Serdes.ByteArray()``)."""
 
-    def ser(obj: bytes) -> bytes:
+    def ser(obj: object) -> bytes:
         if not isinstance(obj, bytes | bytearray | memoryview):
             raise TypeError(f"expected bytes, got {type(obj).__name__}")
         return bytes(obj)
@@ -391,11 +402,14 @@ class _TimeWindowedSerde(Serde[Windowed[Any]]):
         self.windowed_inner = inner
         self.window_size_ms = window_size_ms
 
-    def serialize(self, topic: str | None, obj: Windowed[Any] | None) -> bytes | None:
+    def serialize(self, topic: str | None, obj: object) -> bytes | None:
         if obj is None:
             return None
         try:
-            return _inner_bytes(self.inner, topic, obj, self.name) + _LONG.pack(obj.window.start_ms)
+            windowed = _windowed(obj)
+            return _inner_bytes(self.inner, topic, windowed, self.name) + _LONG.pack(
+                windowed.window.start_ms
+            )
         except SerializationError:
             raise
         except Exception as exc:
@@ -452,7 +466,8 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
     """
     name = f"session_windowed({inner.name})"
 
-    def ser(topic: str | None, windowed: Windowed[K]) -> bytes:
+    def ser(topic: str | None, obj: object) -> bytes:
+        windowed = _windowed(obj)
         window = windowed.window
         return (
             _inner_bytes(inner, topic, windowed, name)
@@ -469,13 +484,18 @@ def session_windowed(inner: Serde[K]) -> Serde[Windowed[K]]:
         return Windowed(key, Window(start, end))  # type: ignore[arg-type]
 
     serde = Serde._with_topic(ser, de, name)
-    serde.windowed_inner = inner  # type: ignore[attr-defined]  # see _TimeWindowedSerde
+    serde.windowed_inner = inner  # see _TimeWindowedSerde
     return serde
 
 
-def _inner_bytes(inner: Serde[K], topic: str | None, windowed: Windowed[K], name: str) -> bytes:
-    if type(windowed) is not Windowed and not isinstance(windowed, Windowed):
-        raise TypeError(f"expected Windowed, got {type(windowed).__name__}")
+def _windowed(obj: object) -> Windowed[Any]:
+    """What a user passed to a windowed serde, checked (it is typed ``object`` for that)."""
+    if type(obj) is not Windowed and not isinstance(obj, Windowed):
+        raise TypeError(f"expected Windowed, got {type(obj).__name__}")
+    return obj
+
+
+def _inner_bytes(inner: Serde[K], topic: str | None, windowed: Windowed[Any], name: str) -> bytes:
     data = inner.serialize(topic, windowed.key)
     if data is None:
         raise ValueError(f"{name} cannot serialize a windowed key whose inner key is None")

@@ -27,6 +27,8 @@ from tests.runtime.harness import (
 )
 from tests.spark.standalone import standalone_cluster
 
+from fluvial import compiled
+from fluvial.spark import pack
 from fluvial.spark.pack import (
     ENV_NAME,
     STALE_AFTER_S,
@@ -69,9 +71,34 @@ def test_pack_holds_fluvial_and_its_compiled_dependencies_and_is_reused() -> Non
     assert any(m.startswith(f"{site}/confluent_kafka/cimpl") for m in members)
     assert any(m.startswith(f"{site}/rocksdict/") and m.endswith(".so") for m in members)
     assert not any(m.startswith(f"{site}/pyspark/") for m in members)
+    if compiled.reason is None:  # the compiled engine goes along: extensions, record, library
+        suffix = compiled._build_record().SUFFIX
+        for module in compiled.MODULES:
+            assert f"{site}/{module.replace('.', '/')}{suffix}" in members
+        assert f"{site}/fluvial/_engine_build.py" in members
+        assert f"{site}/{compiled.GROUP_LIBRARY}{suffix}" in members
     assert shipping_conf(first, {"spark.archives": "a.zip#a"}) == {
         "spark.archives": f"a.zip#a,{first.archive}#{ENV_NAME}"
     }
+
+
+def test_the_fingerprint_covers_the_compiled_engine(tmp_path: Path, monkeypatch) -> None:
+    """An archive is reused only for the same build: a rebuilt extension or group library
+    (same sources, other compiler or flags) makes a new one."""
+    package = tmp_path / "site" / "fluvial"
+    (package / "processor").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    extension = package / "processor" / "task.cpython-311-x86_64-linux-gnu.so"
+    library = tmp_path / "site" / f"{compiled.GROUP_LIBRARY}.cpython-311-x86_64-linux-gnu.so"
+    extension.write_bytes(b"one build")
+    library.write_bytes(b"one build")
+    monkeypatch.setattr(pack, "_fluvial_package_dir", lambda: package)
+    seen = {pack.fingerprint([])}
+    extension.write_bytes(b"another build")
+    seen.add(pack.fingerprint([]))
+    library.write_bytes(b"another build")
+    seen.add(pack.fingerprint([]))
+    assert len(seen) == 3
 
 
 @pytest.mark.slow
@@ -124,8 +151,12 @@ def test_figure2_on_a_cluster_whose_workers_lack_fluvial(
             topic_factory("counts"), tmp_path / "driver", commit_ms=300,
             master=cluster.master_url,
             # The executors' Python unless fluvial ships its own: the bare one.
+            # Where the driver runs the compiled engine, the executors must run it too, from
+            # the archive (an interpreted fallback there would be an error, not a slow run).
             extra_env={"PYSPARK_PYTHON": str(bare),
-                       "FLUVIAL_SPARK_CONF": "spark.executor.memory=512m"},
+                       "FLUVIAL_SPARK_CONF": "spark.executor.memory=512m"
+                       + (f",spark.executorEnv.{compiled.REQUIRE_ENV}=1"
+                          if compiled.reason is None else "")},
         )  # fmt: skip
         runner.start()
         try:

@@ -44,7 +44,7 @@ from fluvial.processor.metrics import (
 from fluvial.processor.nodes import SinkProcessor, SourceProcessor
 from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
 from fluvial.processor.stores import StoreStack, create_store_stack, typed_view
-from fluvial.processor_api import Cancellable, Processor, PunctuationType, Punctuator
+from fluvial.processor_api import Cancellable, PunctuationType, Punctuator
 from fluvial.records import Record
 from fluvial.state.base import ChangelogRecord, StateStore
 from fluvial.state.caching import ThreadCache, discard_caches
@@ -304,7 +304,9 @@ class StreamTask:
         sub = self.subtopology
         for name in sub.node_names:
             spec = sub.nodes[name]
-            processor: Processor[Any, Any]
+            # What a user's supplier returns need only have init, process and close: not
+            # typed as a Processor, so the compiled task takes it as any object.
+            processor: Any
             stores: list[str] = []
             if isinstance(spec, SourceNode):
                 processor = SourceProcessor()
@@ -438,7 +440,7 @@ class StreamTask:
         self,
         topic: str,
         partition: int,
-        extractor: Callable[[Any, int], int],
+        extractor: Callable[[Any, int], object],
         records: Iterable[ConsumedRecord],
     ) -> list[ExtractedRecord]:
         """Deserialize and take each record's event time now, as Kafka Streams does when it
@@ -460,7 +462,8 @@ class StreamTask:
                 continue
             record = Record(key, value, raw.timestamp_ms, headers, topic, partition, raw.offset)
             try:
-                timestamp = extractor(record, partition_time)
+                # A user's function: its result is checked before it is taken as a time.
+                timestamp: object = extractor(record, partition_time)
             except Exception as exc:  # a user's function: any failure is the record's
                 error = _ExtractionError(
                     f"the timestamp extractor raised {type(exc).__name__}: {exc}"

@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fluvial.compiled import announce
 from fluvial.config import StreamsConfig
 from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.loader import load_app
@@ -224,6 +225,7 @@ class SparkApplication:
         """Check the settings and topics, then start Spark while the driver fences the slots
         of an earlier run and creates the internal topics; then run leases."""
         check_no_speculation(self.spark_conf)  # before paying for a JVM
+        announce()  # one line when the engine runs interpreted (once: `fluvial run` may have)
         # Spark's JVM takes seconds to start: it starts beside the driver's own checks and
         # preparations. A check that fails stops the run at once; the JVM is stopped behind
         # it (and exits with this process in any case).

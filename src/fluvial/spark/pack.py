@@ -13,7 +13,9 @@ compiled wheels need anyway).
 
 An archive is built once and reused until the environment changes: its name carries a
 fingerprint of the interpreter, the platform, every packed distribution's name and version,
-and fluvial's own files.
+and fluvial's own files. Those include the compiled engine (``fluvial.compiled``): the
+extensions beside their sources, the build's record, and mypyc's group library, which sits
+beside the package and is packed with it.
 """
 
 from __future__ import annotations
@@ -126,11 +128,17 @@ def _fluvial_package_dir() -> Path:
 
 
 def _package_files(package: Path) -> list[Path]:
-    return sorted(
+    """fluvial's files to pack: the package, and the compiled engine's group library beside it
+    (``fluvial.compiled.GROUP_LIBRARY``), for any Python."""
+    from fluvial.compiled import GROUP_LIBRARY
+
+    files = [
         p
         for p in package.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
-    )
+    ]
+    files += package.parent.glob(f"{GROUP_LIBRARY}.*")
+    return sorted(files)
 
 
 def fingerprint(distributions: Iterable[metadata.Distribution]) -> str:
@@ -148,7 +156,7 @@ def fingerprint(distributions: Iterable[metadata.Distribution]) -> str:
         digest.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
     package = _fluvial_package_dir()
     for path in _package_files(package):
-        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        digest.update(str(path.relative_to(package.parent)).encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:20]
 
@@ -214,7 +222,7 @@ def _build_env(env_dir: Path, distributions: list[metadata.Distribution]) -> Non
             shutil.copy2(source, target)
     package = _fluvial_package_dir()
     for path in _package_files(package):
-        target = purelib / "fluvial" / path.relative_to(package)
+        target = purelib / path.relative_to(package.parent)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
 
