@@ -64,6 +64,8 @@ def test_other_variables_are_not_secret(name: str) -> None:
 
 
 def test_the_app_source_carries_no_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [n for n in os.environ if n.startswith("FLUVIAL_")]:  # e.g. make test's own
+        monkeypatch.delenv(name)
     for name, value in {**SECRETS, **SETTINGS, EXECUTOR_STATE_DIR_ENV: "/data"}.items():
         monkeypatch.setenv(name, value)
     source = AppSource.read(write_app(tmp_path, "FLUVIAL_TEST_INPUT"))
