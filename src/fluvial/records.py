@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MemberDescriptorType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
@@ -16,49 +18,52 @@ class KeyValue(NamedTuple, Generic[K, V]):
     value: V
 
 
-@dataclass(frozen=True, slots=True, order=True)
+def slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The store of slot ``name`` of ``cls``, bypassing a frozen class's ``__setattr__``.
+
+    Frozen dataclasses set their fields through ``object.__setattr__``, which costs about half
+    again a plain slot store. Values made once per emitted revision (windows, windowed keys,
+    changes) write their slots with this instead, in an ``__init__`` of their own.
+    """
+    descriptor = vars(cls).get(name)
+    if not isinstance(descriptor, MemberDescriptorType):
+        raise TypeError(f"{cls.__name__}.{name} is not a slot; declare the class with slots=True")
+    return descriptor.__set__
+
+
+# Windows and windowed keys are made once per emitted revision, so their constructors set the
+# slots directly (what the generated ones do, less the detour); see slot_setter.
+@dataclass(frozen=True, slots=True, order=True, init=False)
 class Window:
     """A time window ``[start_ms, end_ms)``; sliding and session windows treat ``end_ms`` as inclusive."""
 
     start_ms: int
     end_ms: int
 
-    def __post_init__(self) -> None:
-        if self.end_ms < self.start_ms:
-            raise ValueError(f"window end {self.end_ms} is before its start {self.start_ms}")
+    def __init__(self, start_ms: int, end_ms: int) -> None:
+        _set_start(self, start_ms)
+        _set_end(self, end_ms)
+        if end_ms < start_ms:
+            raise ValueError(f"window end {end_ms} is before its start {start_ms}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Windowed(Generic[K]):
     """A key of a windowed aggregation: the record key plus the window it was counted in."""
 
     key: K
     window: Window
 
+    def __init__(self, key: K, window: Window) -> None:
+        _set_key(self, key)
+        _set_window(self, window)
+
     def __str__(self) -> str:
         return f"[{self.key}@{self.window.start_ms}/{self.window.end_ms}]"
 
 
-# Frozen dataclasses set their fields through object.__setattr__, which costs about half again
-# a plain slot store. Windows and windowed keys are made once per emitted revision, so their
-# constructors set the slots directly (what the generated ones do, less the detour).
-_set_start, _set_end = Window.start_ms.__set__, Window.end_ms.__set__  # type: ignore[attr-defined]
-_set_key, _set_window = Windowed.key.__set__, Windowed.window.__set__  # type: ignore[attr-defined]
-
-
-def _window_init(self: Window, start_ms: int, end_ms: int) -> None:
-    _set_start(self, start_ms)
-    _set_end(self, end_ms)
-    self.__post_init__()
-
-
-def _windowed_init(self: Windowed[Any], key: Any, window: Window) -> None:
-    _set_key(self, key)
-    _set_window(self, window)
-
-
-Window.__init__ = _window_init  # type: ignore[method-assign]
-Windowed.__init__ = _windowed_init  # type: ignore[method-assign]
+_set_start, _set_end = slot_setter(Window, "start_ms"), slot_setter(Window, "end_ms")
+_set_key, _set_window = slot_setter(Windowed, "key"), slot_setter(Windowed, "window")
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from fluvial.records import slot_setter
 from fluvial.serdes import Serde
 
 V = TypeVar("V")
@@ -17,24 +18,20 @@ V = TypeVar("V")
 _LEN = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
+# One is made per revision: it sets its slots directly, as fluvial.records does for Windowed.
+@dataclass(frozen=True, slots=True, init=False)
 class Change(Generic[V]):
     """``(new_value, old_value)``; ``None`` on either side means "no value" (a tombstone)."""
 
     new_value: V | None
     old_value: V | None
 
-
-# One is made per revision: set the slots directly, as fluvial.records does for Windowed.
-_set_new, _set_old = Change.new_value.__set__, Change.old_value.__set__  # type: ignore[attr-defined]
-
-
-def _change_init(self: Change[Any], new_value: Any, old_value: Any) -> None:
-    _set_new(self, new_value)
-    _set_old(self, old_value)
+    def __init__(self, new_value: V | None, old_value: V | None) -> None:
+        _set_new(self, new_value)
+        _set_old(self, old_value)
 
 
-Change.__init__ = _change_init  # type: ignore[method-assign]
+_set_new, _set_old = slot_setter(Change, "new_value"), slot_setter(Change, "old_value")
 
 
 def change_serde(inner: Serde[Any]) -> Serde[Change[Any]]:
