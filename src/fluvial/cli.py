@@ -617,7 +617,7 @@ def reset(
     id, a topic another application could own (shop-eu-totals-changelog, resetting shop) stops
     the reset before anything is deleted: give the APP.py instead.
     """
-    from fluvial.config import StreamsConfig
+    from fluvial.config import StreamsConfig, to_millis
     from fluvial.runtime.reset import apply_reset, plan_reset
 
     internal: list[str] | None = None
@@ -627,7 +627,7 @@ def reset(
         loaded = _load(Path(application))
         app_config = loaded.config or StreamsConfig()
         application_id = app_config.application_id
-        additional = int(app_config.windowstore_changelog_additional_retention_ms)  # type: ignore[arg-type]
+        additional = to_millis(app_config.windowstore_changelog_additional_retention_ms)
         internal = [t.name for t in loaded.topology.internal_topics(
             application_id, additional_retention_ms=additional)]  # fmt: skip
     try:
