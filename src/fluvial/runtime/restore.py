@@ -7,8 +7,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ChangelogGapError, StreamsError
+from fluvial.kafka.consumed import consume
 from fluvial.metrics import WorkerMetrics
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
@@ -98,7 +99,7 @@ class Restorer:
     ) -> None:
         self.metrics.restore_gaps += 1
         had = "nothing locally" if local is None else f"a local copy up to offset {local}"
-        retention = int(self.config.windowstore_changelog_additional_retention_ms)
+        retention = to_millis(self.config.windowstore_changelog_additional_retention_ms)
         message = (
             f"state store {store_name!r} of task {task.task_id} cannot be restored: its "
             f"changelog {topic}-{partition} now starts at offset {low}, but the committed state "
@@ -130,7 +131,7 @@ class Restorer:
                     "another producer still open on the changelog?"
                 )
             batch: list[ChangelogRecord] = []
-            for msg in consumer.consume(BATCH, 0.5):
+            for msg in consume(consumer, BATCH, 0.5):
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:

@@ -23,6 +23,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
+from fluvial.kafka.consumed import consume
 from fluvial.metrics import StoreLag, WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
@@ -212,7 +213,7 @@ class StandbyTasks:
             return 0
         batches: dict[tuple[str, int], list[ChangelogRecord]] = {}
         reached: dict[tuple[str, int], int] = {}
-        for msg in self._consumer.consume(max_records, 0.0):
+        for msg in consume(self._consumer, max_records, 0.0):
             error = msg.error()
             if error is not None:
                 tp = (msg.topic(), msg.partition())
