@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -72,7 +72,7 @@ def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
 _debug = False
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     if _debug:
         import traceback
 
@@ -442,7 +442,7 @@ def run(
     except FluvialError as error:
         _fail(error)
     loaded = _load(app_file)
-    overrides = {
+    overrides: dict[str, object] = {
         "processing_guarantee": guarantee,
         "commit_interval_ms": commit_interval_ms,
         "bootstrap_servers": bootstrap_servers,
