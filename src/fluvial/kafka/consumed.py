@@ -3,8 +3,8 @@
 confluent-kafka types one ``Message`` for what a producer sends and what a consumer returns,
 so each of its fields may be ``None``. A record a consumer returns without an error always has
 its topic, partition and offset, and its headers are ``None`` or a list of ``(name, bytes or
-None)`` pairs; a partition-EOF event has its topic, partition and offset too. Of any other
-error event, read only ``error()``.
+None)`` pairs; a partition-EOF event has its topic, partition and offset too. Other error
+events may lack them: check before use.
 
 :func:`consume` hands out a batch under that type: one cast per batch, nothing per record.
 """

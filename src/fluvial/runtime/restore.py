@@ -25,6 +25,19 @@ TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 120.0
 
 
+def keyless_changelog_record(
+    topic: str, partition: int, offset: int, application_id: str
+) -> StreamsError:
+    """A changelog record without a key: not fluvial's, and no store can take it."""
+    return StreamsError(
+        f"changelog {topic}-{partition} holds a record without a key at offset {offset}. "
+        "fluvial writes every changelog record with its store key (and a compacted topic takes "
+        "no other), so something else wrote to this topic, and restoring from it would "
+        "corrupt the store. Stop that writer, set the topic's cleanup.policy back to compact, "
+        f"then rebuild the state from the input with 'fluvial reset {application_id}'"
+    )
+
+
 class Restorer:
     """Replays changelog partitions into a task's stores before it processes anything."""
 
@@ -149,9 +162,14 @@ class Restorer:
                 if msg.offset() >= end:
                     position = end  # records past the limit belong to uncommitted input
                     continue
+                key = msg.key()
+                if key is None:
+                    raise keyless_changelog_record(
+                        topic, partition, msg.offset(), self.config.application_id
+                    )
                 position = msg.offset() + 1
                 stalled_since = time.monotonic()
-                batch.append(ChangelogRecord(msg.key(), msg.value(), msg.timestamp()[1]))
+                batch.append(ChangelogRecord(key, msg.value(), msg.timestamp()[1]))
             if batch:
                 task.restore(store_name, batch)
                 restored += len(batch)
