@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ConfigError, FluvialError
 from fluvial.kafka.security import AuthorizationError, is_secured, principal_of
 from fluvial.topology.topology import Topology
@@ -85,7 +85,8 @@ def derive_acls(
     """
     app_id = config.application_id
     internal = topology.internal_topics(
-        app_id, additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms)
+        app_id,
+        additional_retention_ms=to_millis(config.windowstore_changelog_additional_retention_ms),
     )
     prefix = internal_prefix(config)
     rules: set[AclRule] = set()
@@ -180,6 +181,7 @@ def apply_acls(
         ResourceType,
     )
 
+    rules = list(rules)
     bindings = [
         AclBinding(
             ResourceType[rule.resource_type],
@@ -194,14 +196,16 @@ def apply_acls(
     ]
     if not bindings:
         return 0
+    rule_of = dict(zip(bindings, rules, strict=True))  # errors name the rule, as it was given
     admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
     for binding, future in admin.create_acls(bindings, request_timeout=30).items():
+        rule = rule_of[binding]
         try:
             future.result()
         except Exception as error:  # noqa: BLE001 - re-raised with the rule named
             raise FluvialError(
-                f"could not create ACL {binding.operation.name} on {binding.restype.name} "
-                f"{binding.name!r} for {principal}: {error}; the admin client settings must "
+                f"could not create ACL {rule.operation} on {rule.resource_type} "
+                f"{rule.name!r} for {principal}: {error}; the admin client settings must "
                 "belong to a super-user or a principal allowed to ALTER the cluster"
             ) from None
     return len(bindings)
@@ -282,7 +286,7 @@ def _internal_topic_names(topology: Topology, config: StreamsConfig) -> set[str]
         t.name
         for t in topology.internal_topics(
             config.application_id,
-            additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms),
+            additional_retention_ms=to_millis(config.windowstore_changelog_additional_retention_ms),
         )
     }
 
@@ -545,7 +549,7 @@ def authorization_error(
 
 def _chain_text(failure: BaseException) -> str:
     """Every message of an exception and its causes, the Kafka error names included."""
-    parts = []
+    parts: list[str] = []
     seen: BaseException | None = failure
     while seen is not None and len(parts) < 10:
         if seen.args and hasattr(seen.args[0], "name") and hasattr(seen.args[0], "str"):

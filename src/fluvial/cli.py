@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -72,7 +72,7 @@ def _check_secured(bootstrap: str | None, settings: dict[str, str]) -> None:
 _debug = False
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     if _debug:
         import traceback
 
@@ -444,7 +444,7 @@ def run(
     except FluvialError as error:
         _fail(error)
     loaded = _load(app_file)
-    overrides = {
+    overrides: dict[str, object] = {
         "processing_guarantee": guarantee,
         "commit_interval_ms": commit_interval_ms,
         "bootstrap_servers": bootstrap_servers,
@@ -619,7 +619,7 @@ def reset(
     id, a topic another application could own (shop-eu-totals-changelog, resetting shop) stops
     the reset before anything is deleted: give the APP.py instead.
     """
-    from fluvial.config import StreamsConfig
+    from fluvial.config import StreamsConfig, to_millis
     from fluvial.runtime.reset import apply_reset, plan_reset
 
     internal: list[str] | None = None
@@ -629,7 +629,7 @@ def reset(
         loaded = _load(Path(application))
         app_config = loaded.config or StreamsConfig()
         application_id = app_config.application_id
-        additional = int(app_config.windowstore_changelog_additional_retention_ms)  # type: ignore[arg-type]
+        additional = to_millis(app_config.windowstore_changelog_additional_retention_ms)
         internal = [t.name for t in loaded.topology.internal_topics(
             application_id, additional_retention_ms=additional)]  # fmt: skip
     try:

@@ -7,7 +7,9 @@ what keeps a key that moves between groups counted exactly once.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import MemberDescriptorType
 from typing import Any, Generic, TypeVar
 
 from fluvial.serdes import Serde
@@ -17,24 +19,29 @@ V = TypeVar("V")
 _LEN = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The store of slot ``name`` of ``cls``, bypassing a frozen class's ``__setattr__``
+    (which costs about half again a plain slot store)."""
+    descriptor = vars(cls).get(name)
+    if not isinstance(descriptor, MemberDescriptorType):
+        raise TypeError(f"{cls.__name__}.{name} is not a slot; declare the class with slots=True")
+    return descriptor.__set__
+
+
+# One is made per revision: it sets its slots directly (see _slot_setter).
+@dataclass(frozen=True, slots=True, init=False)
 class Change(Generic[V]):
     """``(new_value, old_value)``; ``None`` on either side means "no value" (a tombstone)."""
 
     new_value: V | None
     old_value: V | None
 
-
-# One is made per revision: set the slots directly, as fluvial.records does for Windowed.
-_set_new, _set_old = Change.new_value.__set__, Change.old_value.__set__  # type: ignore[attr-defined]
-
-
-def _change_init(self: Change[Any], new_value: Any, old_value: Any) -> None:
-    _set_new(self, new_value)
-    _set_old(self, old_value)
+    def __init__(self, new_value: V | None, old_value: V | None) -> None:
+        _set_new(self, new_value)
+        _set_old(self, old_value)
 
 
-Change.__init__ = _change_init  # type: ignore[method-assign]
+_set_new, _set_old = _slot_setter(Change, "new_value"), _slot_setter(Change, "old_value")
 
 
 def change_serde(inner: Serde[Any]) -> Serde[Change[Any]]:

@@ -72,10 +72,13 @@ class StreamTableJoinProcessor(Processor[Any, Any]):
         self.getter = self.getter_supplier.make()
         self.getter.init(context)
         self.versioned = self.getter_supplier.versioned
-        self.table_topics = (
+        self.table_topics: frozenset[str] | None = (
             context.sources_reaching(self.table_node) if self.table_node is not None else None
         )
-        self.misses_metric = f"{JOIN_MISSES_BEFORE_TABLE}:{context.node_name}"
+        # What the miss warning asks of the node's context, beyond the processor API.
+        self.node_name: str = context.node_name
+        self.earliest_time: Callable[[frozenset[str]], int | None] = context.earliest_time
+        self.misses_metric = f"{JOIN_MISSES_BEFORE_TABLE}:{self.node_name}"
         self.misses = 0
 
     def process(self, record: Record[Any, Any]) -> None:
@@ -94,21 +97,21 @@ class StreamTableJoinProcessor(Processor[Any, Any]):
             row = self.getter.get(lookup_key, as_of)
         if row is None:
             if self.table_topics is not None and lookup_key is not None:
-                self._missed(record.timestamp_ms)
+                self._missed(record.timestamp_ms, self.table_topics)
             if not self.left:
                 return
         table_value = None if row is None else row[0]
         result = self.joiner(record.key, record.value, table_value)
         self.context.forward(record.with_value(result))
 
-    def _missed(self, timestamp_ms: int) -> None:
+    def _missed(self, timestamp_ms: int, table_topics: frozenset[str]) -> None:
         """No row for a record: count and explain it if the record is older than the table."""
-        earliest = self.context.earliest_time(self.table_topics)
+        earliest = self.earliest_time(table_topics)
         if earliest is None or timestamp_ms >= earliest:
             return  # the key is not in the table (yet): no question of time
         self.misses += 1
         self.context.metrics.increment(self.misses_metric)
-        node = self.context.node_name
+        node = self.node_name
         key = (self.context.application_id, node)
         now = time.monotonic()
         if now - _last_warning.get(key, -WARN_INTERVAL_S) < WARN_INTERVAL_S:
@@ -123,7 +126,7 @@ class StreamTableJoinProcessor(Processor[Any, Any]):
             "timestamp extractor so its rows carry event time; join a GlobalKTable, which is "
             "read whole before the stream; or materialize the table as a versioned table "
             "(Materialized.as_versioned) with history that reaches back to the stream's times",
-            node, self.context.task_id, timestamp_ms, ", ".join(sorted(self.table_topics)),
+            node, self.context.task_id, timestamp_ms, ", ".join(sorted(table_topics)),
             self.table_name, gap, self.misses,
             JOIN_MISSES_BEFORE_TABLE,
         )  # fmt: skip

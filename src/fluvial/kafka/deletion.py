@@ -46,8 +46,9 @@ def delete_topics(
     Nothing is deleted if one of them does not exist, or (without ``force``) is an internal
     topic of an application seen running.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **settings,
-                         "logger": kafka_logger()})  # fmt: skip
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **settings,
+                              "logger": kafka_logger()}  # fmt: skip
+    admin = AdminClient(config)
     names = list(dict.fromkeys(names))
     existing = set(admin.list_topics(timeout=15).topics)
     missing = [name for name in names if name not in existing]

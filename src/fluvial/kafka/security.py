@@ -281,9 +281,11 @@ def check_connection(
             failures.append(error)
             failed.set()
 
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap_servers, **settings, "error_cb": on_error, "log_level": 0}
-    )
+    # dict[str, Any]: librdkafka settings, callbacks among them.
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers, **settings, "error_cb": on_error, "log_level": 0
+    }  # fmt: skip
+    admin = AdminClient(config)
     result: list[BaseException] = []
 
     done = threading.Event()
@@ -574,6 +576,7 @@ def upsert_scram_users(
         AdminClient,
         ScramCredentialInfo,
         ScramMechanism,
+        UserScramCredentialAlteration,
         UserScramCredentialUpsertion,
     )
 
@@ -581,7 +584,7 @@ def upsert_scram_users(
         return
     admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings})
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    changes = [
+    changes: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(user, info, password.encode())
         for user, password in passwords.items()
     ]

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import StreamsError
+from fluvial.kafka.consumed import consume
 from fluvial.processor.completeness import PROGRESS_HEADER
 from fluvial.runtime.clients import consumer_settings
 from fluvial.topology.topology import Topology
@@ -150,9 +151,9 @@ def _read(
         internal = topics[key[0]][0]
         offset = committed.get(key, -1)
         records = counted.get(key)
-        exact = records is not None
         found[key] = PartitionLag(key[0], key[1], offset if offset >= 0 else None, high,
-                                  records if exact else high - start, exact, internal)  # fmt: skip
+                                  high - start if records is None else records,
+                                  records is not None, internal)  # fmt: skip
     return ApplicationLag(config.application_id, tuple(found[k] for k in sorted(found)),
                           tuple(missing))  # fmt: skip
 
@@ -169,7 +170,7 @@ def _count_records(
     open_ = set(ranges)
     deadline = time.monotonic() + TIMEOUT_S
     while open_ and time.monotonic() < deadline:
-        for msg in consumer.consume(500, 0.2):
+        for msg in consume(consumer, 500, 0.2):
             key = (msg.topic(), msg.partition())
             if key not in open_:
                 continue

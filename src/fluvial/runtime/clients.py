@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.kafka.diagnose import kafka_logger
 
 
@@ -75,10 +75,10 @@ def producer_settings(config: StreamsConfig, transactional_id: str | None) -> di
     }
     if transactional_id is not None:
         settings["transactional.id"] = transactional_id
+        interval = config.commit_interval_ms
+        assert interval is not None  # StreamsConfig puts the guarantee's default in for None
         # Long enough for a slow commit, within the broker default cap of 15 minutes.
-        settings["transaction.timeout.ms"] = min(
-            900000, max(60000, 10 * int(config.commit_interval_ms))
-        )
+        settings["transaction.timeout.ms"] = min(900000, max(60000, 10 * to_millis(interval)))
     return settings
 
 

@@ -134,8 +134,11 @@ class KafkaRecordCollector:
         while True:
             try:
                 if headers:
+                    # confluent-kafka's stubs take headers as a list of str, bytes or None
+                    # values; a list is invariant, so they refuse our list of bytes or None,
+                    # which produce reads the same.
                     produce(topic, value, key, partition, on_delivery=report,
-                            timestamp=timestamp_ms, headers=headers)  # fmt: skip
+                            timestamp=timestamp_ms, headers=headers)  # type: ignore[arg-type]  # fmt: skip
                 else:
                     produce(topic, value, key, partition, on_delivery=report,
                             timestamp=timestamp_ms)  # fmt: skip

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StateLossError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
+from fluvial.kafka.consumed import ConsumedMessage, consume
 from fluvial.processor.completeness import PROGRESS_HEADER, WRITER_HEADER
 from fluvial.runtime.client_calls import TRANSIENT_ERRORS
 from fluvial.runtime.clients import admin_settings, consumer_settings, producer_settings
@@ -603,7 +604,7 @@ class _Probe:
                 out += [(m.key(), m.value()) for m in self._scan(start, high)]
         return out
 
-    def _scan(self, start: TopicPartition, high: int) -> Iterable:  # type: ignore[type-arg]
+    def _scan(self, start: TopicPartition, high: int) -> Iterator[ConsumedMessage]:
         """Messages from ``start`` to just before ``high``.
 
         Transaction markers take offsets, so the end is also reached when the consumer's
@@ -614,7 +615,7 @@ class _Probe:
         deadline = time.monotonic() + 4 * TIMEOUT_S
         try:
             while time.monotonic() < deadline:
-                batch = consumer.consume(500, timeout=1.0)
+                batch = consume(consumer, 500, 1.0)
                 for message in batch:
                     if message.error() is not None:
                         continue

@@ -159,14 +159,14 @@ class DriverEpoch:
     def claim(self, slots: int) -> DriverRecord | None:
         """Take the application over; return the record of the driver before, if any."""
         txn_id = driver_transactional_id(self.config.application_id)
-        self._producer = Producer(
+        self._producer = producer = Producer(
             {**producer_settings(self.config, txn_id),
              "transaction.timeout.ms": DRIVER_TRANSACTION_TIMEOUT_MS}
         )  # fmt: skip
         self._consumer = Consumer(_driver_consumer_settings(self.config))
         # Fence first: the previous driver can commit no record after this, so the one read
         # next is its last.
-        self._call(lambda: self._producer.init_transactions(TIMEOUT_S), "claim the driver epoch")
+        self._call(lambda: producer.init_transactions(TIMEOUT_S), "claim the driver epoch")
         previous = read_driver_record(self.topology, self.config)
         self.record = DriverRecord(
             run_id=self.run_id,

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError, StreamsError
+from fluvial.kafka.consumed import consume
 from fluvial.processor.collector import ConsumedRecord
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import admin_settings, restore_consumer_settings
@@ -77,7 +78,7 @@ class GlobalTables:
         if self._consumer is None or self.task is None:
             return {}
         positions: dict[tuple[str, int], int] = {}
-        for msg in self._consumer.consume(1000, timeout_s):
+        for msg in consume(self._consumer, 1000, timeout_s):
             error = msg.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:

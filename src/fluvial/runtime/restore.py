@@ -7,8 +7,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ChangelogGapError, StreamsError
+from fluvial.kafka.consumed import consume
 from fluvial.metrics import WorkerMetrics
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
@@ -22,6 +23,19 @@ TIMEOUT_S = 60.0
 # How long a restore may make no progress before it fails (and the worker restarts). A restore
 # never declares a store complete that is not: it waits for the end, or fails loudly.
 STALL_TIMEOUT_S = 120.0
+
+
+def keyless_changelog_record(
+    topic: str, partition: int, offset: int, application_id: str
+) -> StreamsError:
+    """A changelog record without a key: not fluvial's, and no store can take it."""
+    return StreamsError(
+        f"changelog {topic}-{partition} holds a record without a key at offset {offset}. "
+        "fluvial writes every changelog record with its store key (and a compacted topic takes "
+        "no other), so something else wrote to this topic, and restoring from it would "
+        "corrupt the store. Stop that writer, set the topic's cleanup.policy back to compact, "
+        f"then rebuild the state from the input with 'fluvial reset {application_id}'"
+    )
 
 
 class Restorer:
@@ -98,7 +112,7 @@ class Restorer:
     ) -> None:
         self.metrics.restore_gaps += 1
         had = "nothing locally" if local is None else f"a local copy up to offset {local}"
-        retention = int(self.config.windowstore_changelog_additional_retention_ms)
+        retention = to_millis(self.config.windowstore_changelog_additional_retention_ms)
         message = (
             f"state store {store_name!r} of task {task.task_id} cannot be restored: its "
             f"changelog {topic}-{partition} now starts at offset {low}, but the committed state "
@@ -130,7 +144,7 @@ class Restorer:
                     "another producer still open on the changelog?"
                 )
             batch: list[ChangelogRecord] = []
-            for msg in consumer.consume(BATCH, 0.5):
+            for msg in consume(consumer, BATCH, 0.5):
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
@@ -148,9 +162,14 @@ class Restorer:
                 if msg.offset() >= end:
                     position = end  # records past the limit belong to uncommitted input
                     continue
+                key = msg.key()
+                if key is None:
+                    raise keyless_changelog_record(
+                        topic, partition, msg.offset(), self.config.application_id
+                    )
                 position = msg.offset() + 1
                 stalled_since = time.monotonic()
-                batch.append(ChangelogRecord(msg.key(), msg.value(), msg.timestamp()[1]))
+                batch.append(ChangelogRecord(key, msg.value(), msg.timestamp()[1]))
             if batch:
                 task.restore(store_name, batch)
                 restored += len(batch)

@@ -8,6 +8,8 @@ committed state still needs (:func:`standby_needed`).
 
 from __future__ import annotations
 
+from functools import partial
+
 from confluent_kafka import Consumer, TopicPartition
 
 from fluvial.config import StreamsConfig
@@ -101,8 +103,7 @@ def standby_needed(
             TopicPartition(t, task_id.partition) for t in subs[task_id.subtopology].source_topics
         ]
         found = calls.call(
-            lambda c=consumer, q=tps: c.committed(q, timeout=READ_OFFSETS_TIMEOUT_S),
-            "read offsets",
+            partial(consumer.committed, tps, timeout=READ_OFFSETS_TIMEOUT_S), "read offsets"
         )
         committed = [CommitMetadata.decode(tp.metadata) for tp in found if tp.offset >= 0]
         if committed:

@@ -23,11 +23,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
+from fluvial.kafka.consumed import consume
 from fluvial.metrics import StoreLag, WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.collector import NoOutputCollector
+from fluvial.runtime.restore import keyless_changelog_record
 from fluvial.runtime.state import TaskState, copy_gain
 from fluvial.state.base import ChangelogRecord
 from fluvial.state.rocksdb import read_committed_offset
@@ -212,7 +214,7 @@ class StandbyTasks:
             return 0
         batches: dict[tuple[str, int], list[ChangelogRecord]] = {}
         reached: dict[tuple[str, int], int] = {}
-        for msg in self._consumer.consume(max_records, 0.0):
+        for msg in consume(self._consumer, max_records, 0.0):
             error = msg.error()
             if error is not None:
                 tp = (msg.topic(), msg.partition())
@@ -237,8 +239,11 @@ class StandbyTasks:
             tp = (msg.topic(), msg.partition())
             if tp not in self._store_by_tp:
                 continue
+            key = msg.key()
+            if key is None:
+                raise keyless_changelog_record(*tp, msg.offset(), self.config.application_id)
             timestamp = msg.timestamp()[1]
-            batches.setdefault(tp, []).append(ChangelogRecord(msg.key(), msg.value(), timestamp))
+            batches.setdefault(tp, []).append(ChangelogRecord(key, msg.value(), timestamp))
             reached[tp] = max(reached.get(tp, 0), msg.offset() + 1)
             self._last_timestamp[tp] = timestamp
         for tp, records in batches.items():

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 )
 
 from fluvial.acls import check_access, check_internal_topic_access
-from fluvial.config import StreamsConfig
+from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ConfigError, TopologyError
 from fluvial.kafka.admin import TopicSpec, create_topics
 from fluvial.kafka.diagnose import check_client_keys, check_reachable
@@ -56,7 +56,8 @@ def plan_topics(topology: Topology, config: StreamsConfig, admin: AdminClient) -
     app_id = config.application_id
     sources = topology.source_topics()
     internal = topology.internal_topics(
-        app_id, additional_retention_ms=int(config.windowstore_changelog_additional_retention_ms)
+        app_id,
+        additional_retention_ms=to_millis(config.windowstore_changelog_additional_retention_ms),
     )
     known = existing_partition_counts(admin, sources + [t.name for t in internal])
     missing = [t for t in sources if t not in known]

@@ -84,7 +84,8 @@ class Subtopology:
         for name in self.node_names:
             for child in self.nodes[name].children:
                 parents.setdefault(child, []).append(name)
-        seen, todo, topics = {node}, [node], set()
+        seen, todo = {node}, [node]
+        topics: set[str] = set()
         while todo:
             current = self.nodes[todo.pop()]
             if isinstance(current, SourceNode):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fluvial import serdes
+from fluvial.kafka.consumed import consume
 
 LONG = serdes.long()
 BUCKETS = 4
@@ -101,12 +102,19 @@ def read_committed(
     records: list[tuple[str, bytes | None, int]] = []
     deadline = time.monotonic() + 120
     while pending and time.monotonic() < deadline:
-        for msg in consumer.consume(5000, 0.5):
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+        for msg in consume(consumer, 5000, 0.5):
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                 continue
-            records.append((msg.key().decode(), msg.value(), msg.partition()))
+            key = msg.key()
+            if key is None:
+                raise ValueError(
+                    f"{topic}-{msg.partition()} holds a record without a key at offset "
+                    f"{msg.offset()}: every record of the verify app's topics has one"
+                )
+            records.append((key.decode(), msg.value(), msg.partition()))
     consumer.close()
     if pending:
         raise TimeoutError(f"could not read {topic} to its end in 120 s")
@@ -141,7 +149,10 @@ def verify_outputs(
     ``bucket_topic``: the per-bucket aggregates, whose finals are checked too."""
     inputs: dict[str, list[int]] = defaultdict(list)
     for key, value, _p in read_committed(bootstrap, input_topic, client_config):
-        inputs[key].append(LONG.deserialize(input_topic, value))
+        number = LONG.deserialize(input_topic, value)
+        if number is None:
+            raise ValueError(f"{input_topic} holds a tombstone of {key}: the input has none")
+        inputs[key].append(number)
     input_intact = True
     if sent is not None:
         report.produced = sum(len(v) for v in sent.values())
@@ -156,21 +167,21 @@ def verify_outputs(
                         f"input of {key}: the topic holds {len(inputs.get(key, []))} records, "
                         f"the producer had {len(sent.get(key, []))} acknowledged"
                     )
-    echoes: dict[str, list[int]] = defaultdict(list)
+    echoes: dict[str, list[int | None]] = defaultdict(list)  # a tombstone counts as wrong
     for key, value, _p in read_committed(bootstrap, echo_topic, client_config):
         echoes[key].append(LONG.deserialize(echo_topic, value))
     report.records = sum(len(v) for v in inputs.values())
     report.echoed = sum(len(v) for v in echoes.values())
     for key, expected in inputs.items():
-        got = echoes.get(key, [])
-        remaining = list(got)
-        for value in expected:
-            if value in remaining:
-                remaining.remove(value)
+        echoed = echoes.get(key, [])
+        remaining = list(echoed)
+        for number in expected:
+            if number in remaining:
+                remaining.remove(number)
             else:
                 report.lost += 1
         report.duplicates += len(remaining)
-        if exactly_once and got != expected and len(report.problems) < 10:
+        if exactly_once and echoed != expected and len(report.problems) < 10:
             report.problems.append(f"echo of {key} differs from its input")
     for key in echoes.keys() - inputs.keys():
         report.duplicates += len(echoes[key])  # output for a key that was never input

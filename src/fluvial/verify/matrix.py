@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from fluvial.kafka.local import LocalKafka, free_port, port_is_free
@@ -81,6 +82,11 @@ class MatrixReport:
 
 def report_json(report: MatrixReport) -> str:
     return json.dumps(asdict(report), indent=2)
+
+
+def _tagged(progress: Callable[[str], None], kind: str, message: str) -> None:
+    """A scenario's progress line, tagged with its fault kind."""
+    progress(f"[{kind}] {message}")
 
 
 def run_matrix(
@@ -165,7 +171,7 @@ def run_matrix(
                 fault_count=fault_count, commit_interval_ms=commit_interval_ms,
                 duration_s=duration_s, timeout_s=timeout_s, spark_lease_ms=spark_lease_ms, work=work / kind,
                 client_config=client_config, client_config_file=client_config_file,
-                progress=lambda msg, k=kind: progress(f"[{k}] {msg}"),
+                progress=partial(_tagged, progress, kind),
             )  # fmt: skip
             matrix.scenarios.append(scenario.run())
     finally:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import (
@@ -111,7 +112,9 @@ class Scenario:
             )
         self.apps: list[AppProcess] = []
         # The scenario's own watchers poll while brokers are down on purpose: no log noise.
-        self._quiet = {**self.security, "bootstrap.servers": bootstrap, "log_level": 0}
+        self._quiet: dict[str, str | int | float | bool] = {
+            **self.security, "bootstrap.servers": bootstrap, "log_level": 0
+        }  # fmt: skip
         self.deadline = 0.0
         # The input: what was produced, what the brokers acknowledged (per key, in order).
         self.produced = 0
@@ -301,13 +304,13 @@ class Scenario:
     def _produce(self) -> None:
         topic = self.topics["input"]
 
-        def delivered(error: KafkaError | None, msg: Message) -> None:
+        def delivered(key: str, value: int, error: KafkaError | None, _msg: Message) -> None:
             if error is not None:
                 self.producer_error.append(RuntimeError(f"an input record was not delivered: "
                                                         f"{error}"))  # fmt: skip
             else:
                 # Callbacks come in each partition's order, and a key stays on its partition.
-                self.sent[msg.key().decode()].append(LONG.deserialize(topic, msg.value()))
+                self.sent[key].append(value)
 
         try:
             producer = Producer({**self.security, "bootstrap.servers": self.bootstrap, "acks": "all",
@@ -324,7 +327,7 @@ class Scenario:
                 while True:
                     try:
                         producer.produce(topic, key=key.encode(), value=LONG.serialize(None, value),
-                                         timestamp=stamp, on_delivery=delivered)  # fmt: skip
+                                         timestamp=stamp, on_delivery=partial(delivered, key, value))  # fmt: skip
                         break
                     except BufferError:  # the brokers are away for long: wait for room
                         producer.poll(0.5)

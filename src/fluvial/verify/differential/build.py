@@ -98,8 +98,6 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
     splits: dict[str, dict[str, Any]],
 ) -> Any:
     op, rep = node["op"], node.get("v", "s")
-    src = ins[0] if ins else None
-    in_node = nodes[node["in"][0]] if node.get("in") else None
     if op == "stream":
         return builder.stream(node["topic"], key_serde=STRING, value_serde=STRING)
     if op == "table":
@@ -113,6 +111,10 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
         return builder.global_table(
             node["topic"], materialized=_materialized(node), key_serde=STRING, value_serde=STRING
         )
+    # Every other operator reads at least one input: its first is ``src``.
+    if not ins:
+        raise ValueError(f"node {node['id']} ({op!r}) has no input")
+    src, in_node = ins[0], nodes[node["in"][0]]
     if op == "filter":
         pred = f.predicate(node["fn"])
         return src.filter_not(pred) if node.get("not") else src.filter(pred)
@@ -180,10 +182,10 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
         return src.suppress(Suppressed.until_time_limit(node["limit_ms"], buffer))
     if op == "table_filter":
         pred = f.predicate(node["fn"])
-        m = _table_materialized(node)
+        materialized = _table_materialized(node)
         if node.get("not"):
-            return src.filter_not(pred, materialized=m)
-        return src.filter(pred, materialized=m)
+            return src.filter_not(pred, materialized=materialized)
+        return src.filter(pred, materialized=materialized)
     if op == "table_map_values":
         return src.map_values(
             f.value_mapper(node["fn"], rep), materialized=_table_materialized(node)
@@ -220,8 +222,8 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
     if op == "tt_join":
         left, right = ins
         join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[node["kind"]]
-        m = _materialized(node) if node.get("store") else None
-        return join(right, f.joiner(node["fn"], rep), materialized=m)
+        materialized = _materialized(node) if node.get("store") else None
+        return join(right, f.joiner(node["fn"], rep), materialized=materialized)
     if op == "fk_join":
         left, right = ins
         join = left.left_join if node["kind"] == "left" else left.join
@@ -239,9 +241,8 @@ def _build(  # noqa: C901, PLR0911, PLR0912 - one branch per operator reads best
     raise ValueError(f"unknown operator {op!r} in node {node['id']}")
 
 
-def _aggregate(node: dict[str, Any], src: Any, in_node: dict[str, Any] | None) -> Any:
+def _aggregate(node: dict[str, Any], src: Any, in_node: dict[str, Any]) -> Any:
     op, rep = node["op"], node["v"]
-    assert in_node is not None
     windows = in_node.get("windows") if in_node["op"] == "windowed_by" else None
     m = _materialized(node)
     if op == "count":

@@ -94,7 +94,7 @@ def _stateless(g: _Graph, s: str, steps: int) -> str:
                 "stream",
                 v=v,
                 fn=_pick(rng, f.PREDICATES),
-                **{"not": rng.random() < 0.3},
+                **_negated(rng),
             )
         elif roll < 0.34:
             out = v if rng.random() < 0.8 else rng.choice("sl")
@@ -116,6 +116,12 @@ def _stateless(g: _Graph, s: str, steps: int) -> str:
         else:
             pass  # no operator this step: chains have varied lengths
     return s
+
+
+def _negated(rng: random.Random) -> dict[str, Any]:
+    """A filter's ``not`` field (a Python keyword, so passed as a dict): ``filter_not`` about
+    a third of the time."""
+    return {"not": rng.random() < 0.3}
 
 
 def _split_merge(g: _Graph, s: str) -> str:
@@ -232,7 +238,7 @@ def _table_ops(g: _Graph, t: str, steps: int) -> str:
         if roll < 0.4 and "table_filter" not in g.excluded:
             t = g.add(
                 "table_filter", [t], "table", v=v, fn=_pick(rng, f.PREDICATES),
-                store=g.store(0.3), store_kind="kv", **{"not": rng.random() < 0.3},
+                store=g.store(0.3), store_kind="kv", **_negated(rng),
             )  # fmt: skip
         elif roll < 0.8:
             t = g.add(
@@ -246,7 +252,7 @@ def _table_regroup(g: _Graph, t: str) -> str:
     rng = g.rng
     v = g.node(t)["v"]
     grouped = g.add("table_group_by", [t], "grouped_table", v=v, fn=_pick(rng, f.REGROUPERS))
-    store = {"store": g.store(), "store_kind": "kv"}
+    store: dict[str, Any] = {"store": g.store(), "store_kind": "kv"}
     op = rng.choice(("table_count", "table_reduce", "table_aggregate"))
     if op == "table_count":
         return g.add(op, [grouped], "table", v="l", **store)
@@ -364,18 +370,18 @@ def _feature(g: _Graph, feature: str) -> None:  # noqa: C901, PLR0912 - one reci
         for _ in range(rng.randint(2, 3) if rng.random() < 0.3 else 2):
             s = _stateless(g, g.source("stream"), rng.randint(0, 2))
             groups.append(_group(g, s, named=True))
-        windows = _windows(g) if rng.random() < 0.5 else None
+        cogroup_windows = _windows(g) if rng.random() < 0.5 else None
         fields: dict[str, Any] = {
             "fns": [rng.choice(("agg_sum", "agg_mix")) for _ in groups],
             "init": _pick(rng, f.INITIALIZERS),
-            "windows": windows,
+            "windows": cogroup_windows,
         }
         store_kind = "kv"
         k = "s"
-        if windows is not None:
-            k = _window_key(windows)
-            store_kind = "session" if windows["type"] == "session" else "window"
-            if windows["type"] == "session":
+        if cogroup_windows is not None:
+            k = _window_key(cogroup_windows)
+            store_kind = "session" if cogroup_windows["type"] == "session" else "window"
+            if cogroup_windows["type"] == "session":
                 fields["merger"] = "merge_sum"
         t = g.add("cogroup", groups, "table", k=k, v=rng.choice("sl"), store=g.store(),
                   store_kind=store_kind, **fields)  # fmt: skip

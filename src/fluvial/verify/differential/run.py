@@ -96,7 +96,7 @@ def run_fluvial(case: dict[str, Any]) -> dict[str, Any]:
                     [None if r.key is None else r.key.hex(),
                      None if r.value is None else r.value.hex(),
                      r.timestamp_ms,
-                     [[k, v.hex()] for k, v in r.headers]]
+                     [[k, None if v is None else v.hex()] for k, v in r.headers]]
                     for r in records
                 ]  # fmt: skip
             stores = {name: _store_rows(driver, name, kind) for name, kind in compared_stores(case)}
@@ -172,7 +172,7 @@ class ReferenceProcess(JvmLineProcess):
 
             writer = threading.Thread(target=write, daemon=True)
             writer.start()
-            results = []
+            results: list[dict[str, Any]] = []
             for _ in cases:
                 line = proc.stdout.readline()
                 if not line:
