@@ -181,10 +181,11 @@ def wait_for_results(
     return None
 
 
-def start_local(bootstrap: str, app_id: str, source: str, out: str, state_dir: Path) -> SparkRunner:
+def start_local(bootstrap: str, app_id: str, source: str, out: str, state_dir: Path,
+                extra_env: dict[str, str] | None = None) -> SparkRunner:  # fmt: skip
     """The catch-up app on the local engine, committing every 100 ms, running its tasks."""
     runner = SparkRunner(bootstrap, app_id, source, out, state_dir, engine="local", app=APP,
-                         commit_ms=100)  # fmt: skip
+                         commit_ms=100, extra_env=extra_env or {})  # fmt: skip
     runner.start()
     runner.wait_ready(240)
     return runner
@@ -258,10 +259,13 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
     produce(bootstrap_servers, source, rows)
     app_id = unique_name("killed")
 
-    def start() -> SparkRunner:
-        return start_local(bootstrap_servers, app_id, source, out, tmp_path / app_id)
+    def start(pause_ms: int = 0) -> SparkRunner:
+        return start_local(bootstrap_servers, app_id, source, out, tmp_path / app_id,
+                           {"FLUVIAL_TEST_PAUSE_MS": str(pause_ms)})  # fmt: skip
 
-    first = start()
+    # 3 ms per record: the backlog takes at least 9 s (3,000 records per partition, a worker
+    # each), and its first committed results come long before.
+    first = start(pause_ms=3)
     try:
         wait_until(lambda: read_topic(bootstrap_servers, f"{out}-windows", partition=0)
                    or first.proc.poll() is not None, 240, "the first committed results")  # fmt: skip

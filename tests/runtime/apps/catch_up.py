@@ -4,6 +4,7 @@ a windowed count, a session count and a stream-stream join (tests/runtime/test_c
 import logging
 import os
 import sys
+import time
 
 from fluvial import (
     JoinWindows,
@@ -33,6 +34,11 @@ def build(builder: StreamsBuilder) -> None:
     views = builder.stream(
         os.environ["FLUVIAL_TEST_INPUT"], key_serde=serdes.string(), value_serde=serdes.json()
     )
+    # A user function as slow as FLUVIAL_TEST_PAUSE_MS per record: a backlog that lasts long
+    # enough to be killed midway. Always there, so that runs with and without the pause have
+    # the same topology (another topology would be refused as a changed deployment).
+    pause_s = float(os.environ.get("FLUVIAL_TEST_PAUSE_MS", "0")) / 1000
+    views = views.peek(lambda k, v: pause_s and time.sleep(pause_s))
     (views.map(lambda k, v: KeyValue(v["category"], v))
         .group_by_key()
         .windowed_by(TimeWindows.of_size_and_grace(size_ms=WINDOW_MS, grace_ms=GRACE_MS))
