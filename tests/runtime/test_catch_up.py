@@ -303,7 +303,7 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
     base_ms = event_time_base_ms()
     source, out = make_topics(bootstrap_servers, unique_name, "held")
     app_id = unique_name("held")
-    repartition = f"{app_id}-KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition"
+    repartition = f"{app_id}-KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition"
     monkeypatch.setenv("FLUVIAL_TEST_INPUT", source)
     builder = StreamsBuilder()
     app.build(builder)

@@ -37,6 +37,7 @@ def _worker(producer: _FencedProducer) -> Worker:
     worker._producer = producer  # type: ignore[assignment]
     worker._calls = ClientCalls(0, StreamsConfig(application_id="dirty"), worker.unauthorized)
     worker._collector = None
+    worker._progress = None
     worker.eos = True
     return worker
 
