@@ -16,6 +16,7 @@ import random
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fluvial.config import StreamsConfig
 from fluvial.errors import ConfigError
@@ -273,6 +274,6 @@ def changelog_horizons(
     return horizons
 
 
-def _positions(where: list[list[object]]) -> Positions:
-    return tuple((str(topic), int(partition), int(offset))  # type: ignore[call-overload]
-                 for topic, partition, offset in where)  # fmt: skip
+def _positions(where: list[list[Any]]) -> Positions:
+    """Positions as JSON holds them: [[topic, partition, offset], ...]."""
+    return tuple((str(topic), int(partition), int(offset)) for topic, partition, offset in where)

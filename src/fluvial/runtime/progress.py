@@ -155,15 +155,15 @@ class RepartitionProgress:
             self._at_end.pop(tp, None)
             self._seen.add(tp)
 
-    def read_ends(self) -> bool:
+    def read_ends(self) -> None:
         """Read where the input partitions that downstream tasks wait on end now, at most every
-        :data:`ENDS_INTERVAL_S`, in one request; whether any were read (the tasks then look
-        again). A client of its own asks: the worker's consumer keeps a fetch waiting on each
-        broker connection, and a request behind it would wait too."""
+        :data:`ENDS_INTERVAL_S`, in one request (the waiting tasks look again on their own). A
+        client of its own asks: the worker's consumer keeps a fetch waiting on each broker
+        connection, and a request behind it would wait too."""
         wanted = self.ends.wanted()
         now = time.monotonic()
         if not wanted or now - self._ends_read < ENDS_INTERVAL_S:
-            return False
+            return
         self._ends_read = now
         if self._ends_client is None:
             self._ends_client = Consumer(consumer_settings(self._config, client_suffix="-ends"))
@@ -172,12 +172,11 @@ class RepartitionProgress:
             answers = self._ends_client.offsets_for_times(asked, timeout=ENDS_TIMEOUT_S)
         except KafkaException as error:
             log.debug("cannot read where %d partition(s) end: %s", len(asked), error)
-            return False
+            return
         ends = {
             (a.topic, a.partition): a.offset for a in answers if a.error is None and a.offset >= 0
         }
         self.ends.update(ends, now)
-        return bool(ends)
 
     def close(self) -> None:
         if self._ends_client is not None:
