@@ -20,7 +20,7 @@ import fluvial
 from fluvial import compiled
 from tests import processes
 
-# A windowed count with a timestamp extractor, through all three compiled modules: the task
+# A windowed count with a timestamp extractor, through the compiled modules: the task
 # loop, records and windowed keys, the string, JSON and long serdes.
 PROGRAM = """
 import json, sys
@@ -142,3 +142,18 @@ def test_interpreted_on_request_and_required_compiled_refuses_to_start(
         "the engine would run interpreted (it was installed without a compiled build) and "
         "FLUVIAL_REQUIRE_COMPILED=1 is set; run `make setup`" in shown.stderr
     )
+
+
+def test_uv_rebuilds_when_any_compiled_source_changes() -> None:
+    """Every compiled module's source is one of uv's cache keys: without it, an edit would not
+    recompile at the next ``uv sync`` and the engine would run interpreted from then on."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    keys = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]["cache-keys"]
+    files = {key["file"] for key in keys if "file" in key}
+    sources = {
+        str(Path(compiled.source_path(module, str(root / "src" / "fluvial"))).relative_to(root))
+        for module in compiled.MODULES
+    }
+    assert sources - files == set(), "add these to [tool.uv] cache-keys in pyproject.toml"

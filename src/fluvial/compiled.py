@@ -30,7 +30,17 @@ from types import ModuleType
 from typing import Any
 
 #: The modules compiled with mypyc, in one group.
-MODULES = ("fluvial.records", "fluvial.processor.task", "fluvial.serdes")
+MODULES = (
+    "fluvial.records",
+    "fluvial.serdes",
+    "fluvial.processor_api",
+    "fluvial.processor.task",
+    "fluvial.processor.fusion",
+    "fluvial.processor.nodes",
+    "fluvial.processor.collector",
+    "fluvial.dsl.stateless",
+    "fluvial.dsl.aggregate",
+)
 #: The group's shared library (mypyc's runtime and the modules' code), a top-level module
 #: beside the package: inside it, mypyc would give the modules wrong ``__file__``s.
 GROUP_LIBRARY = "fluvial_engine__mypyc"

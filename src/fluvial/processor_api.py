@@ -13,6 +13,8 @@ import enum
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from fluvial.records import Record
 
 KIn = TypeVar("KIn")
@@ -127,6 +129,8 @@ class ProcessorContext(Protocol):
         """Ask the task to commit soon, without waiting for ``commit_interval_ms``."""
 
 
+# Interpreted classes (built-in operators not compiled, and users') subclass it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Processor(Generic[KIn, VIn]):
     """A node of the processor graph: it receives records one at a time and may forward others.
 

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
 from fluvial.dsl.windows import SlidingWindows, TimeWindows
@@ -77,6 +79,8 @@ class StreamAggregateProcessor(Processor[Any, Any]):
         self.forwarder.maybe_forward(record.key, new, old, timestamp)
 
 
+# Interpreted classes (built-in operators not compiled, and users') subclass it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class WindowedAggregateProcessor(Processor[Any, Any]):
     """``TimeWindowedKStream`` count/reduce/aggregate over a window store.
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fluvial.errors import TopologyError
-from fluvial.processor_api import Cancellable, Processor, PunctuationType, Punctuator
+from fluvial.processor_api import Cancellable, PunctuationType, Punctuator
 from fluvial.records import Record
 
 
@@ -75,8 +75,10 @@ class LiveNode:
     of stateless operators that starts at it (see :mod:`fluvial.processor.fusion`).
     """
 
-    def __init__(self, name: str, processor: Processor[Any, Any], stores: list[str]) -> None:
+    def __init__(self, name: str, processor: Any, stores: list[str]) -> None:
         self.name = name
+        # A Processor, or any object with init, process and close (the Processor API takes
+        # duck-typed processors): typed Any, so the compiled engine does not check its class.
         self.processor = processor
         self.stores = stores
         self.children: list[LiveNode] = []

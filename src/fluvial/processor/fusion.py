@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from fluvial.processor.context import LiveNode
 from fluvial.processor_api import Processor, ProcessorContext
 from fluvial.records import Record
@@ -29,6 +31,8 @@ Step = Callable[[Any, Any, Record[Any, Any]], None]
 """``(key, value, origin)``: one operator's work on one record, then the next step's."""
 
 
+# Interpreted classes (built-in operators not compiled, and users') subclass it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FusableProcessor(Processor[Any, Any]):
     """A stateless operator whose work is a step; :meth:`process` runs that same step.
 

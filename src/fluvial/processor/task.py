@@ -325,7 +325,8 @@ class StreamTask:
                 )
             else:
                 assert isinstance(spec, ProcessorNode) and spec.supplier is not None
-                processor = spec.supplier()
+                supplier: Callable[[], object] = spec.supplier  # its result is not checked
+                processor = supplier()
                 stores = list(spec.stores)
             self._nodes[name] = LiveNode(name, processor, stores)
         for name in sub.node_names:
