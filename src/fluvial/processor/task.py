@@ -9,6 +9,7 @@ The task knows nothing of Kafka or of threads.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import deque
@@ -107,6 +108,21 @@ class _WatchedCollector:
             raise
 
 
+#: Container allocations between young-generation collections in a process that runs tasks.
+#: The per-record path allocates tuples, lists and records that die at once; Python's default
+#: (700) ran the cyclic collector every few dozen records, about a tenth of the path's CPU
+#: (``fluvial bench hotpath``). 20,000 young objects are a few MB at most.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def collect_young_garbage_less_often() -> None:
+    """Raise the young generation's collection threshold to :data:`GC_YOUNG_THRESHOLD`, never
+    lower it (a process that set a higher one keeps it). Older generations keep their ratios."""
+    young, middle, old = gc.get_threshold()
+    if 0 < young < GC_YOUNG_THRESHOLD:
+        gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
 class StreamTask:
     """Runs one sub-topology for one partition: record choice, stream time, stores, punctuation."""
 
@@ -131,6 +147,7 @@ class StreamTask:
         ``writer_id``: set when repartition topics carry their writers' progress
         (:mod:`fluvial.processor.completeness`); records this task writes to the
         ``merged_topics`` (those with several writers) say so."""
+        collect_young_garbage_less_often()
         self.task_id = TaskId(*task_id)
         self.subtopology = subtopology
         self.config = config
