@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
@@ -16,16 +15,64 @@ class KeyValue(NamedTuple, Generic[K, V]):
     value: V
 
 
-@dataclass(frozen=True, order=True)
 class Window:
-    """A time window ``[start_ms, end_ms)``; sliding and session windows treat ``end_ms`` as inclusive."""
+    """A time window ``[start_ms, end_ms)``; sliding and session windows treat ``end_ms`` as inclusive.
 
-    start_ms: int
-    end_ms: int
+    Immutable (its bounds are read-only), equal and ordered by ``(start_ms, end_ms)``.
+    """
 
-    def __post_init__(self) -> None:
-        if self.end_ms < self.start_ms:
-            raise ValueError(f"window end {self.end_ms} is before its start {self.start_ms}")
+    # A plain class with read-only properties rather than a frozen dataclass: one is made per
+    # record of a windowed operator, and a frozen dataclass's __init__ stays interpreted and
+    # sets each field through object.__setattr__.
+    _start_ms: int
+    _end_ms: int
+
+    def __init__(self, start_ms: int, end_ms: int) -> None:
+        if end_ms < start_ms:
+            raise ValueError(f"window end {end_ms} is before its start {start_ms}")
+        self._start_ms = start_ms
+        self._end_ms = end_ms
+
+    @property
+    def start_ms(self) -> int:
+        """Where the window starts, in milliseconds (inclusive)."""
+        return self._start_ms
+
+    @property
+    def end_ms(self) -> int:
+        """Where the window ends, in milliseconds."""
+        return self._end_ms
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Window):
+            return NotImplemented
+        return self._start_ms == other._start_ms and self._end_ms == other._end_ms
+
+    def __hash__(self) -> int:
+        return hash((self._start_ms, self._end_ms))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Window):
+            return NotImplemented
+        return (self._start_ms, self._end_ms) < (other._start_ms, other._end_ms)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Window):
+            return NotImplemented
+        return (self._start_ms, self._end_ms) <= (other._start_ms, other._end_ms)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Window):
+            return NotImplemented
+        return (self._start_ms, self._end_ms) > (other._start_ms, other._end_ms)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Window):
+            return NotImplemented
+        return (self._start_ms, self._end_ms) >= (other._start_ms, other._end_ms)
+
+    def __repr__(self) -> str:
+        return f"Window(start_ms={self._start_ms!r}, end_ms={self._end_ms!r})"
 
 
 # Windowed and Record are plain classes, not dataclasses: compiled (mypyc), a dataclass that is
