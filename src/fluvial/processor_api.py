@@ -5,6 +5,11 @@ context; DSL operators are processors like any user's, so one mechanism runs eve
 It sits below both :mod:`fluvial.topology` (whose nodes hold processor suppliers) and
 :mod:`fluvial.processor` (which runs them), so the topology never imports the task runtime.
 Users import these names from :mod:`fluvial` or :mod:`fluvial.processor`.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). Users subclass :class:`Processor` (an interpreted subclass of the
+compiled class is allowed); the engine calls their ``init``, ``process`` and ``close`` through
+it.
 """
 
 from __future__ import annotations

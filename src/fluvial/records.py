@@ -1,4 +1,9 @@
-"""The values that flow through a topology: records, key-value pairs and windowed keys."""
+"""The values that flow through a topology: records, key-value pairs and windowed keys.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). Records, windows and windowed keys are native classes; user code builds
+and reads them, and this module calls none.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,10 @@ unchanged. ``None`` always maps to ``None`` in both directions: a tombstone stay
 User-defined formats go through :meth:`Serde.of`::
 
     point = Serde.of(lambda p: f"{p.x},{p.y}".encode(), parse_point, name="point")
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code in :meth:`Serde.of`'s functions and in users'
+``Serde`` subclasses (which it allows), and checks what they return before the engine takes it.
 """
 
 from __future__ import annotations

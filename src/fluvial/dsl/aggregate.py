@@ -6,6 +6,10 @@ update emits a revision ``Change(new, old)`` keyed by the key (or ``Windowed`` k
 Windowed aggregation applies the completeness rule: a window accepts a record only while
 ``window_end > stream_time - grace``. Later records are dropped and counted in
 ``dropped-records``; the output is untouched.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code in initializers, aggregators, reducers and the stores'
+serdes.
 """
 
 from __future__ import annotations

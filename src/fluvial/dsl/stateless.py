@@ -3,6 +3,10 @@
 Each is a thin wrapper around a user function; they hold no state, so a task can run any number
 of them without stores or changelogs. All but ``branch`` are fusable: a task runs a chain of them
 as one step per record (see :mod:`fluvial.processor.fusion`).
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code in the operators' functions (predicates, mappers,
+actions), once per record as in Kafka Streams.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The task never talks to Kafka. The runtime feeds it :class:`ConsumedRecord` s and gives it a
 :class:`RecordCollector` that turns sends into producer calls (or, in the test driver, into
 lists). Everything crossing this boundary is bytes.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls no user code.
 """
 
 from __future__ import annotations

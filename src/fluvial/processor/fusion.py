@@ -14,6 +14,10 @@ entered the run: timestamp, headers and source position never change in a statel
 
 The steps call each other exactly as the nodes forward, record by record and child by child,
 so every record comes out when and in the order node-by-node forwarding would emit it.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code only through the steps and ``process`` methods it
+links.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Sources receive already-deserialized records (the task deserializes, so that it can apply the
 deserialization error policy) and pass them on. Sinks serialize and hand bytes to the collector.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code in the sinks' serdes and stream partitioners.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ The runtime feeds raw records in (:meth:`StreamTask.add_records`), calls
 every commit calls :meth:`flush` and then reads :meth:`committable_offsets`. Everything the task produces (outputs, repartition records,
 changelog records) goes to the :class:`~fluvial.processor.collector.RecordCollector` as bytes.
 The task knows nothing of Kafka or of threads.
+
+Compiled: one of :data:`fluvial.compiled.MODULES`, built with mypyc at install (interpreted
+without a C compiler). It calls user code in timestamp extractors, processors'
+``init``/``process``/``close``, punctuators and the exception handlers, and checks what
+extractors return.
 """
 
 from __future__ import annotations
