@@ -9,16 +9,23 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fluvial.config import StreamsConfig, to_millis
 from fluvial.errors import ChangelogGapError, StreamsError
-from fluvial.kafka.consumed import consume
+from fluvial.kafka.consumed import ConsumedMessage, consume
 from fluvial.metrics import WorkerMetrics
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.state import TaskState
-from fluvial.state.base import ChangelogRecord
+from fluvial.state.base import ChangelogRecord, new_tuple
 
 log = logging.getLogger(__name__)
 
-BATCH = 2000
+# Records per read. Small on purpose: CPython's cycle collector runs after every 700 new
+# objects that outlive their statement (gc.get_threshold()), and a batch's messages, plus the
+# records each store layer makes of them, are such objects. Batches of 2000 made it run about
+# six times per batch, a second per million records; at 500, with the messages dropped before
+# the stores take the records, it next to never runs during a restore.
+BATCH = 500
+# How long one read waits for records. Short: at a partition's end it is waited out whole.
+WAIT_S = 0.05
 TIMEOUT_S = 60.0
 # How long a restore may make no progress before it fails (and the worker restarts). A restore
 # never declares a store complete that is not: it waits for the end, or fails loudly.
@@ -143,42 +150,59 @@ class Restorer:
                     f"at offset {position} of {end}: is a broker down, or a transaction of "
                     "another producer still open on the changelog?"
                 )
+            # Never ask for more records than offsets are left: a call that gets them all
+            # returns at once, where one waiting for more would wait out its timeout.
+            # (Transaction markers take offsets too, so the last call may still wait.)
+            messages = consume(consumer, min(BATCH, end - position), WAIT_S)
+            reached = position
             batch: list[ChangelogRecord] = []
-            for msg in consume(consumer, BATCH, 0.5):
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # The end of what is readable now. Transaction markers take offsets
-                        # but are never delivered, so only the consumer's position says
-                        # whether the end was reached; an end short of it means an abort's
-                        # markers are still being written: keep reading.
-                        [tp] = consumer.position([TopicPartition(topic, partition)])
-                        if tp.offset > position:
-                            position, stalled_since = tp.offset, time.monotonic()
-                        if position < end:
-                            time.sleep(0.05)
-                        continue
-                    raise StreamsError(f"restoring {topic}-{partition} failed: {error.str()}")
-                if msg.offset() >= end:
-                    position = end  # records past the limit belong to uncommitted input
+            append = batch.append
+            # Per record only what the store needs; the stall clock is read once per batch.
+            for msg in messages:
+                if msg.error() is not None:
+                    reached = self._event(consumer, msg, topic, partition, reached)
+                    continue
+                offset = msg.offset()
+                if offset >= end:
+                    reached = end  # records past the limit belong to uncommitted input
                     continue
                 key = msg.key()
                 if key is None:
                     raise keyless_changelog_record(
-                        topic, partition, msg.offset(), self.config.application_id
+                        topic, partition, offset, self.config.application_id
                     )
-                position = msg.offset() + 1
-                stalled_since = time.monotonic()
-                batch.append(ChangelogRecord(key, msg.value(), msg.timestamp()[1]))
+                append(new_tuple(ChangelogRecord, (key, msg.value(), msg.timestamp()[1])))
+                reached = offset + 1
+            events_only = bool(messages) and not batch
+            del messages  # see BATCH
             if batch:
                 task.restore(store_name, batch)
                 restored += len(batch)
+            if reached > position:
+                position, stalled_since = min(reached, end), time.monotonic()
+            elif events_only and position < end:
+                time.sleep(0.05)  # only an end short of ``end`` came: see _event
             # Progress in offsets, as restore_total counts them: transaction markers take
             # offsets too, and "restoring k of n" must reach n.
             self.metrics.restored += position - counted
             counted = position
         consumer.unassign()
         return restored
+
+    @staticmethod
+    def _event(
+        consumer: Consumer, msg: ConsumedMessage, topic: str, partition: int, reached: int
+    ) -> int:
+        """The position a restore reached, given an event instead of a record."""
+        error = msg.error()
+        assert error is not None
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise StreamsError(f"restoring {topic}-{partition} failed: {error.str()}")
+        # The end of what is readable now. Transaction markers take offsets but are never
+        # delivered, so only the consumer's position says whether the end was reached; an
+        # end short of it means an abort's markers are still being written: keep reading.
+        [tp] = consumer.position([TopicPartition(topic, partition)])
+        return max(reached, tp.offset)
 
     def close(self) -> None:
         if self._consumer is not None:

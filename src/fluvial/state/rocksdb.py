@@ -298,11 +298,12 @@ class RocksDBKeyValueStore(_RocksDBStore, KeyValueStore):
 
     def _stage_all(self, records: Iterable[ChangelogRecord]) -> WriteBatch:
         batch = WriteBatch(raw_mode=True)
-        for record in records:
-            if record.value is None:
-                batch.delete(record.key)
+        put, delete = batch.put, batch.delete  # once per batch: a restore comes through here
+        for key, value, _ in records:
+            if value is None:
+                delete(key)
             else:
-                batch.put(record.key, bytes(record.value))
+                put(key, value if type(value) is bytes else bytes(value))
         return batch
 
 
