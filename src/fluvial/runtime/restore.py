@@ -18,11 +18,12 @@ from fluvial.state.base import ChangelogRecord, new_tuple
 
 log = logging.getLogger(__name__)
 
-# Records per read. Small on purpose: CPython's cycle collector runs after every 700 new
-# objects that outlive their statement (gc.get_threshold()), and a batch's messages, plus the
-# records each store layer makes of them, are such objects. Batches of 2000 made it run about
-# six times per batch, a second per million records; at 500, with the messages dropped before
-# the stores take the records, it next to never runs during a restore.
+# Records per read. Small on purpose: CPython's cycle collector runs once a young-generation
+# threshold of new container objects outlive their statement (gc.get_threshold(): 700 by
+# default, 20,000 once a task exists, see fluvial.processor.task), and a batch's messages, plus
+# the records each store layer makes of them, are such objects. Batches of 2000 at 700 made it
+# run about six times per batch, a second per million records; at 500, with the messages
+# dropped before the stores take the records, it next to never runs during a restore.
 BATCH = 500
 # How long one read waits for records. Short: at a partition's end it is waited out whole.
 WAIT_S = 0.05
