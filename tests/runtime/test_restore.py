@@ -127,16 +127,7 @@ def test_a_fresh_state_directory_restores_exactly_the_committed_changelog(
     config = StreamsConfig(application_id=app_id, bootstrap_servers=bootstrap_servers,
                            processing_guarantee="exactly_once_v2",
                            state_dir=str(tmp_path / "state"))  # fmt: skip
-    with Application(table_topology(input_topic, store_type), config) as app:
-        wait_until(lambda: _restored(app.metrics()) or app.raise_if_failed(), 120,
-                   "the stores to be restored")  # fmt: skip
-        entries = _entries(app)
-        metrics = app.metrics()
-    assert entries == expected
-    # Progress counts offsets, transaction markers among them, and ends at its total.
-    total = sum(high - low for low, high in ends.values())
-    assert sum(m.restore_total for m in metrics) == total
-    assert sum(m.restored for m in metrics) == total
+    _restore_and_check(table_topology(input_topic, store_type), config, expected, ends)
 
 
 def test_at_least_once_restores_only_up_to_the_committed_changelog_end(
@@ -176,12 +167,24 @@ def test_at_least_once_restores_only_up_to_the_committed_changelog_end(
     assert _ends(bootstrap_servers, changelog) != committed_ends
 
     fresh = config.with_overrides(state_dir=str(tmp_path / "fresh"))
-    with Application(topology, fresh) as app:
+    _restore_and_check(topology, fresh, expected, committed_ends)
+
+
+def _restore_and_check(
+    topology: Topology,
+    config: StreamsConfig,
+    expected: dict[str, str],
+    ends: dict[int, tuple[int, int]],
+) -> None:
+    """Start on a fresh state directory, wait for the restore, and check the store holds
+    ``expected`` and the progress counted exactly the changelog's offsets up to ``ends``
+    (transaction markers among them)."""
+    with Application(topology, config) as app:
         wait_until(lambda: _restored(app.metrics()) or app.raise_if_failed(), 120,
                    "the stores to be restored")  # fmt: skip
         entries = _entries(app)
         metrics = app.metrics()
     assert entries == expected
-    total = sum(high - low for low, high in committed_ends.values())
+    total = sum(high - low for low, high in ends.values())
     assert sum(m.restore_total for m in metrics) == total
     assert sum(m.restored for m in metrics) == total
