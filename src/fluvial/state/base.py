@@ -21,6 +21,8 @@ V = TypeVar("V")
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
+#: The 8-byte BE timestamp that timestamped stores put before a value (to_timestamped_bytes).
+TIMESTAMP_PREFIX = _LONG
 #: What follows the record key in a window store key: 8-byte BE start, 4-byte BE sequence number.
 WINDOW_KEY_TAIL = struct.Struct(">qi")
 
@@ -263,7 +265,7 @@ def parse_window_store_key(binary: bytes) -> tuple[bytes, int, int]:
 
 def to_timestamped_bytes(value: bytes, timestamp_ms: int) -> bytes:
     """8-byte BE timestamp + value: how timestamped stores keep a value internally."""
-    return _LONG.pack(timestamp_ms) + value
+    return TIMESTAMP_PREFIX.pack(timestamp_ms) + value
 
 
 def from_timestamped_bytes(raw: bytes) -> tuple[bytes, int]:

@@ -8,11 +8,11 @@ changelog topic looks like any table topic to a consumer.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from fluvial.state.base import (
+    TIMESTAMP_PREFIX,
     ChangelogRecord,
     KeyValueStore,
     StateStore,
@@ -20,8 +20,6 @@ from fluvial.state.base import (
     new_tuple,
     to_timestamped_bytes,
 )
-
-_TIMESTAMP = struct.Struct(">q")  # the 8-byte prefix of to_timestamped_bytes
 
 #: (key, new (value, timestamp) or None, old (value, timestamp) or None, timestamp_ms)
 TimestampedFlushListener = Callable[
@@ -104,7 +102,7 @@ class TimestampedKeyValueStore(StateStore):
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         # A restore passes every record of a changelog through here: one list, built by one
         # comprehension that packs the timestamp itself (as to_timestamped_bytes does).
-        pack = _TIMESTAMP.pack
+        pack = TIMESTAMP_PREFIX.pack
         self.inner.restore([
             new_tuple(ChangelogRecord, (key, None if value is None else pack(ts) + value, ts))
             for key, value, ts in records
