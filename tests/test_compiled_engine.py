@@ -47,7 +47,9 @@ with TopologyTestDriver(builder.build()) as driver:
                                    ("b", 9100), ("a", 3000), ("b", 1200)]):
         inp.pipe_input(key, {"ts": ts}, timestamp_ms=i)
     results = [[r.key, r.value, r.timestamp_ms] for r in out.read_records()]
-import fluvial.processor.task, fluvial.records, fluvial.serdes
+import importlib
+for module in fluvial.compiled.MODULES:  # the runtime's modules too, unused by the driver
+    importlib.import_module(module)
 fluvial.compiled.announce(sys.stderr.write)
 print(json.dumps({
     "reason": fluvial.compiled.reason,

@@ -40,6 +40,9 @@ MODULES = (
     "fluvial.processor.collector",
     "fluvial.dsl.stateless",
     "fluvial.dsl.aggregate",
+    "fluvial.partitioner",
+    "fluvial.runtime.intake",
+    "fluvial.runtime.collector",
 )
 #: The group's shared library (mypyc's runtime and the modules' code), a top-level module
 #: beside the package: inside it, mypyc would give the modules wrong ``__file__``s.

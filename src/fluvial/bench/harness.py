@@ -241,14 +241,16 @@ class Launched:
         self.profiler = None
         if spec.profile_to is not None:
             # Attached from outside the tree: py-spy samples every thread of the process and
-            # writes its stacks when the process exits. Its own CPU is not counted.
+            # writes its stacks when the process exits. Its own CPU is not counted. --native
+            # shows the compiled engine's functions, which are otherwise folded into their
+            # interpreted caller, and librdkafka's and CPython's own C frames.
             beside = Path(sys.executable).parent / "py-spy"
             spy = str(beside) if beside.exists() else shutil.which("py-spy")
             if spy is None:
                 raise RuntimeError("--profile needs py-spy: run 'uv sync --group bench'")
             spec.profile_to.parent.mkdir(parents=True, exist_ok=True)
             self.profiler = children.popen(
-                [spy, "record", "--pid", str(self.proc.pid), "--format", "raw", "--rate", "200",
+                [spy, "record", "--pid", str(self.proc.pid), "--native", "--format", "raw", "--rate", "200",
                  "--output", str(spec.profile_to)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip

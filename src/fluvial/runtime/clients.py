@@ -40,6 +40,10 @@ def consumer_settings(config: StreamsConfig, *, client_suffix: str = "") -> dict
         "enable.partition.eof": False,
         "fetch.wait.max.ms": 50,
         "queued.max.messages.kbytes": 16384,
+        # With its queue full, librdkafka's fetcher pauses fetch.queue.backoff.ms (1 s by
+        # default) before it looks again: a worker that drains the queue faster than that
+        # waited out the rest of the pause with nothing to process.
+        "fetch.queue.backoff.ms": 10,
     }
 
 

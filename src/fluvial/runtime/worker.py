@@ -31,13 +31,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from fluvial.acls import AUTHORIZATION_ERRORS, authorization_error
+from fluvial.acls import authorization_error
 from fluvial.config import StreamsConfig
-from fluvial.errors import StreamsError
 from fluvial.iq.board import COMMITTED, RESTORING, RUNNING, STARTING
 from fluvial.kafka.security import AuthorizationError
 from fluvial.metrics import WorkerMetrics
-from fluvial.processor.collector import ConsumedRecord, TaskId
+from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.backpressure import Backpressure
 from fluvial.runtime.client_calls import (
@@ -53,6 +52,7 @@ from fluvial.runtime.commit_metadata import CommitMetadata
 from fluvial.runtime.copartition_guard import PartitionGuard
 from fluvial.runtime.global_tables import GlobalTables
 from fluvial.runtime.horizon import ChangelogHorizon
+from fluvial.runtime.intake import group_by_partition
 from fluvial.runtime.progress import RepartitionProgress, writer_id
 from fluvial.runtime.purge import RepartitionPurge
 from fluvial.runtime.reporting import (
@@ -64,7 +64,6 @@ from fluvial.runtime.restore import Restorer
 from fluvial.runtime.resume import Committed, read_committed, restore_to_commit, standby_needed
 from fluvial.runtime.standby import StandbyTasks, standby_copies, standby_root
 from fluvial.runtime.state import TaskState
-from fluvial.state.base import new_tuple
 from fluvial.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -427,30 +426,8 @@ class Worker:
         assert self._consumer is not None
         buffered = any(t.has_ready_records() for t in self.tasks.values())
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
-        # Group by partition and hand each task its records in one call, in offset order.
-        batches: dict[tuple[str, int], list[ConsumedRecord]] = {}
-        at_end: list[tuple[str, int, int]] = []
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.append((msg.topic(), msg.partition(), msg.offset()))
-                    continue
-                if error.fatal():
-                    raise StreamsError(f"the consumer failed: {error.str()}")
-                if error.name() in AUTHORIZATION_ERRORS:
-                    # Never retried by the consumer: left alone, the slot would wait for ever.
-                    raise KafkaException(error)
-                log.warning("consumer: %s", error.str())
-                continue
-            tp = (msg.topic(), msg.partition())
-            batch = batches.get(tp)
-            if batch is None:
-                if tp not in self._task_by_tp:
-                    continue
-                batch = batches[tp] = []
-            batch.append(new_tuple(ConsumedRecord, (msg.key(), msg.value(), msg.timestamp()[1],
-                                                    msg.offset(), msg.headers() or ())))  # fmt: skip
+        # Grouped by partition, so each task gets its records in one call, in offset order.
+        batches, at_end = group_by_partition(messages, self._task_by_tp)
         for (topic, partition), batch in batches.items():
             if self._guard is not None:
                 self._guard.check(topic, partition, batch)
