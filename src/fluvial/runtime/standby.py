@@ -31,7 +31,7 @@ from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.collector import NoOutputCollector
 from fluvial.runtime.restore import keyless_changelog_record
 from fluvial.runtime.state import TaskState, copy_gain
-from fluvial.state.base import ChangelogRecord
+from fluvial.state.base import ChangelogRecord, new_tuple
 from fluvial.state.rocksdb import read_committed_offset
 from fluvial.topology.nodes import ROCKSDB
 from fluvial.topology.topology import Topology
@@ -243,7 +243,8 @@ class StandbyTasks:
             if key is None:
                 raise keyless_changelog_record(*tp, msg.offset(), self.config.application_id)
             timestamp = msg.timestamp()[1]
-            batches.setdefault(tp, []).append(ChangelogRecord(key, msg.value(), timestamp))
+            record = new_tuple(ChangelogRecord, (key, msg.value(), timestamp))  # no keyword parsing
+            batches.setdefault(tp, []).append(record)
             reached[tp] = max(reached.get(tp, 0), msg.offset() + 1)
             self._last_timestamp[tp] = timestamp
         for tp, records in batches.items():
