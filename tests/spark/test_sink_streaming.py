@@ -125,12 +125,20 @@ def test_crash_after_writes_before_spark_commit_duplicates_with_spark_sink_not_w
                               max_offsets=200, crash_after_batch=1,
                               crash_flag=work / "crashed")  # fmt: skip
 
-    # The two sinks' queries share nothing: each of their runs goes side by side.
+    # The two sinks' queries share nothing: their runs go side by side, and each restarts as
+    # soon as its first run has died right after batch 1's writes.
     crashed = {sink: query.start() for sink, query in queries.items()}
-    for sink, run in crashed.items():
-        assert run.wait(300) == -signal.SIGKILL, sink  # died right after batch 1's writes
-        assert queries[sink].events() == ["start 0", "done 0", "start 1", "done 1"]
-    restarted = {sink: query.start() for sink, query in queries.items()}
+    restarted: dict[str, subprocess.Popen] = {}
+
+    def restart_each_crashed() -> bool:
+        for sink, run in crashed.items():
+            if sink not in restarted and run.poll() is not None:
+                assert run.returncode == -signal.SIGKILL, sink
+                assert queries[sink].events() == ["start 0", "done 0", "start 1", "done 1"]
+                restarted[sink] = queries[sink].start()
+        return len(restarted) == len(crashed)
+
+    wait_until(restart_each_crashed, 600, "both queries to die after batch 1", interval_s=0.1)
     outcomes = {}
     for sink, run in restarted.items():
         assert run.wait(300) == 0, sink  # Spark replays batch 1, then runs batch 2
