@@ -22,8 +22,9 @@ from tests import processes
 from tests.runtime.harness import wait_until
 from tests.spark.sink_harness import values
 
-# Each test starts three or four Spark drivers one after the other: on a loaded 2-core machine
-# a start alone can take minutes. Every wait inside has its own deadline; this is the backstop.
+# Each test starts three or four Spark drivers (one after the other, or two side by side): on a
+# loaded 2-core machine a start alone can take minutes. Every wait inside has its own deadline;
+# this is the backstop.
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +94,9 @@ def test_query_killed_mid_batch_and_restarted_writes_each_record_once(
     bootstrap_servers, topic_factory, unique_name, tmp_path
 ) -> None:
     source, out = topic_factory("in", partitions=2), topic_factory("out", partitions=2)
-    expected = produce_inputs(bootstrap_servers, source, 2000, 2)
+    # Four batches of 150: both kills land in a run's first batch (the slowest, a fresh
+    # driver's), and the later batches are spares should a kill find no batch under way.
+    expected = produce_inputs(bootstrap_servers, source, 600, 2)
     query = Query(tmp_path, bootstrap=bootstrap_servers, input=source, output=out,
                   sink="fluvial", sink_id=unique_name("sink"), max_offsets=150)  # fmt: skip
     rng = random.Random(9)
@@ -111,21 +114,37 @@ def test_query_killed_mid_batch_and_restarted_writes_each_record_once(
 def test_crash_after_writes_before_spark_commit_duplicates_with_spark_sink_not_with_fluvial(
     bootstrap_servers, topic_factory, unique_name, tmp_path
 ) -> None:
-    outcomes = {}
+    queries, outputs, expected = {}, {}, {}
     for sink in ("spark", "fluvial"):
         work = tmp_path / sink
         work.mkdir()
-        source, out = topic_factory(f"in-{sink}"), topic_factory(f"out-{sink}")
-        expected = produce_inputs(bootstrap_servers, source, 600, 1)
-        query = Query(work, bootstrap=bootstrap_servers, input=source, output=out, sink=sink,
-                      sink_id=unique_name("sink"), max_offsets=200, crash_after_batch=1,
-                      crash_flag=work / "crashed")  # fmt: skip
-        assert query.start().wait(300) == -signal.SIGKILL  # died right after batch 1's writes
-        assert query.events() == ["start 0", "done 0", "start 1", "done 1"]
-        assert query.start().wait(300) == 0  # Spark replays batch 1, then runs batch 2
-        assert query.events()[4:] == ["start 1", "done 1", "start 2", "done 2"]
-        output = Counter(values(bootstrap_servers, out))
-        assert set(output) == set(expected)
+        source, outputs[sink] = topic_factory(f"in-{sink}"), topic_factory(f"out-{sink}")
+        expected[sink] = produce_inputs(bootstrap_servers, source, 600, 1)
+        queries[sink] = Query(work, bootstrap=bootstrap_servers, input=source,
+                              output=outputs[sink], sink=sink, sink_id=unique_name("sink"),
+                              max_offsets=200, crash_after_batch=1,
+                              crash_flag=work / "crashed")  # fmt: skip
+
+    # The two sinks' queries share nothing: their runs go side by side, and each restarts as
+    # soon as its first run has died right after batch 1's writes.
+    crashed = {sink: query.start() for sink, query in queries.items()}
+    restarted: dict[str, subprocess.Popen] = {}
+
+    def restart_each_crashed() -> bool:
+        for sink, run in crashed.items():
+            if sink not in restarted and run.poll() is not None:
+                assert run.returncode == -signal.SIGKILL, sink
+                assert queries[sink].events() == ["start 0", "done 0", "start 1", "done 1"]
+                restarted[sink] = queries[sink].start()
+        return len(restarted) == len(crashed)
+
+    wait_until(restart_each_crashed, 600, "both queries to die after batch 1", interval_s=0.1)
+    outcomes = {}
+    for sink, run in restarted.items():
+        assert run.wait(300) == 0, sink  # Spark replays batch 1, then runs batch 2
+        assert queries[sink].events()[4:] == ["start 1", "done 1", "start 2", "done 2"]
+        output = Counter(values(bootstrap_servers, outputs[sink]))
+        assert set(output) == set(expected[sink])
         outcomes[sink] = sum(n - 1 for n in output.values())
 
     # Spark's writer wrote batch 1 (200 records) twice; fluvial's sink skipped the replay.
