@@ -15,11 +15,11 @@ from confluent_kafka import KafkaError, KafkaException
 from fluvial.acls import AUTHORIZATION_ERRORS
 from fluvial.errors import StreamsError
 from fluvial.processor.collector import ConsumedRecord
+from fluvial.state.base import new_tuple
 
 log = logging.getLogger("fluvial.runtime.worker")
 
 _PARTITION_EOF: int = KafkaError._PARTITION_EOF
-_new_record = tuple.__new__
 
 Batches = dict[tuple[str, int], list[ConsumedRecord]]
 
@@ -58,5 +58,5 @@ def group_by_partition(
             batch = batches[tp] = []
         timestamp: int = msg.timestamp()[1]
         fields = (msg.key(), msg.value(), timestamp, msg.offset(), msg.headers() or ())
-        batch.append(_new_record(ConsumedRecord, fields))
+        batch.append(new_tuple(ConsumedRecord, fields))
     return batches, at_end

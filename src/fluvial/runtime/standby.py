@@ -243,8 +243,9 @@ class StandbyTasks:
             if key is None:
                 raise keyless_changelog_record(*tp, msg.offset(), self.config.application_id)
             timestamp = msg.timestamp()[1]
-            record = new_tuple(ChangelogRecord, (key, msg.value(), timestamp))  # no keyword parsing
-            batches.setdefault(tp, []).append(record)
+            batches.setdefault(tp, []).append(
+                new_tuple(ChangelogRecord, (key, msg.value(), timestamp))
+            )
             reached[tp] = max(reached.get(tp, 0), msg.offset() + 1)
             self._last_timestamp[tp] = timestamp
         for tp, records in batches.items():
