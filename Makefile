@@ -5,7 +5,7 @@ UV_VERSION := 0.13.9
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/.tools/bin/uv)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: setup jars lint format typecheck docs test test-fast demo clean
+.PHONY: setup jars lint format typecheck docs test test-fast soak demo clean
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
@@ -41,7 +41,10 @@ test: setup lint docs  ## lint, build the docs, then the whole suite (unit + int
 	FLUVIAL_INTERPRETED=1 FLUVIAL_REQUIRE_COMPILED= $(UV) run pytest $(SEMANTICS)
 
 test-fast: setup  ## the suite without tests marked slow
-	$(UV) run pytest -m "not slow"
+	$(UV) run pytest -m "not slow and not soak"
+
+soak: setup  ## the long fault runs and engine variants kept out of `make test` (`fluvial verify` runs longer ones)
+	FLUVIAL_REQUIRE_COMPILED=$$($(UV) run --no-sync python -c $(CAN_COMPILE)) $(UV) run pytest -m soak
 
 demo: setup  ## Figure 2 on Spark under exactly-once, crashed part-way, checked by a Spark batch job
 	$(UV) run fluvial demo

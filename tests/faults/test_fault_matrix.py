@@ -52,6 +52,7 @@ def test_exactly_once_under_app_kills_and_zombies(
     ]
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_exactly_once_under_leader_kills(three_brokers: LocalKafka, tmp_path: Path) -> None:
     """The first kill takes the broker that also coordinates the app's group: the Kafka client
@@ -63,6 +64,7 @@ def test_exactly_once_under_leader_kills(three_brokers: LocalKafka, tmp_path: Pa
     assert_clean(report, faults_per_kind=2, min_records=600)
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_kills_inside_long_open_transactions(three_brokers: LocalKafka, tmp_path: Path) -> None:
     """A 3 s commit interval: every kill lands with a transaction open."""
@@ -72,6 +74,7 @@ def test_kills_inside_long_open_transactions(three_brokers: LocalKafka, tmp_path
     assert_clean(report, faults_per_kind=2, min_records=600)
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(900)
 def test_at_least_once_loses_nothing(three_brokers: LocalKafka, tmp_path: Path) -> None:
     report = run_matrix(seed=3, records=600, guarantee="at_least_once", fault_count=1,
@@ -89,6 +92,7 @@ def test_at_least_once_loses_nothing(three_brokers: LocalKafka, tmp_path: Path) 
     assert report.verdict == "PASS"
 
 
+@pytest.mark.soak
 @pytest.mark.spark
 @pytest.mark.timeout(1200)
 def test_exactly_once_on_spark_under_worker_and_driver_kills(
@@ -112,6 +116,7 @@ def test_exactly_once_on_spark_under_worker_and_driver_kills(
     assert_clean(drivers, faults_per_kind=1, min_records=500)
 
 
+@pytest.mark.soak
 @pytest.mark.spark
 @pytest.mark.timeout(1200)
 def test_exactly_once_on_spark_under_zombie_drivers(

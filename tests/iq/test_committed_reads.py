@@ -63,7 +63,13 @@ class Querier(threading.Thread):
         return len(self.answers) - before
 
 
-READERS = pytest.mark.parametrize("reader", [True, False], ids=["reader-process", "in-process"])
+READERS = pytest.mark.parametrize(
+    "reader",
+    [
+        pytest.param(True, id="reader-process"),
+        pytest.param(False, id="in-process", marks=pytest.mark.soak),
+    ],
+)
 
 
 def check_serving_from(runner: ServedRunner, reader: bool) -> None:

@@ -23,7 +23,7 @@ from tests import processes
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SEED = 20261128
-CASES = 3 * len(PARTITIONED_FEATURES)  # every feature three times: 33 cases
+CASES = 2 * len(PARTITIONED_FEATURES)  # every feature twice: 22 cases
 
 
 def test_partitioned_cases_match_kafka_streams(
@@ -51,7 +51,7 @@ def test_partitioned_cases_match_kafka_streams(
     )
 
 
-TABLE_AHEAD_CASES = 8
+TABLE_AHEAD_CASES = 5
 
 
 def test_partitioned_table_ahead_cases_match_kafka_streams(

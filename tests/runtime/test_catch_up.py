@@ -191,7 +191,7 @@ def start_local(bootstrap: str, app_id: str, source: str, out: str, state_dir: P
     return runner
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.soak)])
 def test_live_backlog_and_replay_give_the_same_results(
     engine: str, bootstrap_servers: str, unique_name, tmp_path: Path
 ) -> None:

@@ -216,6 +216,7 @@ def test_a_deleted_changelog_is_never_recreated_empty(
     assert deployments_topic(d.app_id) in d.topics()
 
 
+@pytest.mark.soak
 @pytest.mark.spark
 def test_spark_refuses_a_shifted_name_and_continues_after_upgrade(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path
@@ -247,6 +248,7 @@ def test_spark_refuses_a_shifted_name_and_continues_after_upgrade(
     assert v2.stop(120) == 0, v2.output()
 
 
+@pytest.mark.soak
 @pytest.mark.spark
 def test_spark_starts_empty_with_allow_state_loss(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path

@@ -168,7 +168,7 @@ def footprint(bootstrap: str, app_id: str, input_topic: str, output_topic: str) 
 
 # Two drivers start, each a Spark JVM on the Spark engine: 100 s each under load.
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", [pytest.param("local", marks=pytest.mark.soak), ENGINES[1]])
 def test_a_second_driver_takes_over_and_the_first_stops_by_itself(
     bootstrap_servers: str, topic_factory, unique_name, tmp_path: Path, engine: str
 ) -> None:

@@ -73,7 +73,7 @@ def _ip(hex_address: str) -> str:
     return ":".join(flat[i : i + 2].hex() for i in range(0, 16, 2))
 
 
-@pytest.mark.parametrize("source", ["file", "environment"])
+@pytest.mark.parametrize("source", ["file", pytest.param("environment", marks=pytest.mark.soak)])
 def test_secure_start_prints_settings_that_connect_and_never_a_password(
     source: str, tmp_path: Path, fluvial_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -206,7 +206,7 @@ def spark_environment_tab(ui_port: int) -> str:
 # Three application starts (two after kill -9) and a describe: on Spark, under load, a start
 # alone has taken 100 s. Every wait inside has its own deadline; this is the backstop.
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.soak)])
 def test_figure2_least_privilege_exactly_once_under_kill_9(
     secure_cluster: SecureCluster, unique_name, tmp_path: Path, command_lines: set[str],
     engine: str,

@@ -246,6 +246,7 @@ def test_a_missing_dead_letter_topic_is_refused_before_the_query_starts(
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.timeout(3000)  # five Spark drivers one after another; under load one took 90 s
 def test_a_query_killed_around_its_dead_letters_sends_each_once_and_lands_each_good_row_once(
     bootstrap_servers: str, pg_dsn: str, topic_factory, table_name, tmp_path: Path

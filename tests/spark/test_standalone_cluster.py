@@ -45,6 +45,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
         yield cluster
 
 
+@pytest.mark.soak
 def test_executor_loss_moves_slot_and_restores_from_changelog(
     standalone_cluster: StandaloneCluster,
     bootstrap_servers: str,

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 APP = Path(__file__).parent / "differential_app.py"
 SEED = 20260515
-SAMPLE = 20
+SAMPLE = 10
 DEADLINE_S = 120
 
 
