@@ -2,8 +2,10 @@
 
 The driver does what the local engine's driver does (internal topics, task plan, sticky slot
 assignment, fencing stale slots) and then loops over *leases*: each lease is one Spark job
-with one task per slot, and each task runs its slot's Worker for ``lease_seconds`` and ends on
-a commit (see :mod:`fluvial.spark.slots`). Between leases the driver re-reads the cluster's
+with one task per slot, and each task runs a slot's Worker for ``lease_seconds`` and ends on
+a commit (see :mod:`fluvial.spark.slots`). Which slot a task runs, the driver decides as the
+task starts: the one whose warm Worker the task's Python worker holds, if any
+(:meth:`fluvial.spark.progress.LeaseProgress.place`). Between leases the driver re-reads the cluster's
 cores, so slots follow executors that come or go, and a lease that failed is simply run again:
 the new attempt fences the old one by the slot's transactional id and resumes from the last
 commit.
@@ -456,6 +458,8 @@ class SparkApplication:
         )
         started = time.monotonic()
         self._in_flight = self.leases
+        if self._progress is not None:
+            self._progress.begin_lease(self.leases, sorted(self.layout))
         try:
             results: list[LeaseResult] = self._rdd.mapPartitionsWithIndex(
                 partial(lease_partition, plan, self._source_broadcast)
@@ -472,6 +476,11 @@ class SparkApplication:
             self._lease_failed(error)
             return []
         self._failed_in_a_row = 0
+        ran = sorted(result.slot for result in results)
+        if ran != sorted(self.layout):
+            # Only when a task could not ask the driver for its slot while another could.
+            log.warning("lease %d ran slots %s, not each of %s once: the missing ones run in "
+                        "the next lease", self.leases, ran, sorted(self.layout))  # fmt: skip
         fatal = fatal_error(results)
         if fatal is not None:  # a missing ACL, a newer driver: no lease can mend it
             self._append_log({"lease": self.leases, "failed": str(fatal)[:300]})
@@ -549,6 +558,7 @@ class SparkApplication:
                 "slots": [
                     {
                         "slot": r.slot,
+                        "partition": r.partition,
                         "host": r.host,
                         "pid": r.pid,
                         "python": r.python,

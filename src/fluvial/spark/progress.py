@@ -12,6 +12,13 @@ The driver listens on its own address (``spark.driver.host``), which executors r
 A random token travels with each lease (never in an environment) and every report carries it.
 Progress is a side service: a slot that cannot reach the driver processes on and reports at
 the end of its lease as before.
+
+The same server places slots on Python workers. Spark gives a lease's tasks to whichever of an
+executor's idle Python workers comes first, so on ``local[2]`` a slot's task lands in the
+process that ran the *other* slot in about half of the leases: both Workers would then close,
+reopen their stores and start new clients. So each slot task first asks the driver which slot it
+runs, naming the slots whose warm Worker its process holds, and the driver hands each partition
+of the lease one slot, preferring a warm one (:meth:`LeaseProgress.place`).
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class LeaseProgress:
         # Per slot, the last report of each attempt of its newest lease: Spark may run a slot
         # task again within a lease, and what an earlier attempt counted still counts.
         self._reports: dict[int, dict[int, Report]] = {}
+        # The lease in flight, its slots, and the slot each of its partitions runs (place).
+        self._lease: int | None = None
+        self._slots: frozenset[int] = frozenset()
+        self._placed: dict[int, int] = {}
         progress = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -82,9 +93,9 @@ class LeaseProgress:
 
             def handle(self) -> None:
                 for line in self.rfile:
-                    if len(line) > _MAX_LINE or not progress._take(line):
+                    answer = progress._answer(line) if len(line) <= _MAX_LINE else None
+                    if answer is None:
                         return
-                    answer = {"stop": progress._stopping.is_set()}
                     self.wfile.write(json.dumps(answer).encode() + b"\n")
                     self.wfile.flush()
 
@@ -100,16 +111,67 @@ class LeaseProgress:
         )  # fmt: skip
         self._thread.start()
 
-    def _take(self, line: bytes) -> bool:
+    def _answer(self, line: bytes) -> dict[str, Any] | None:
+        """The answer to one line: a placement (``partition``) or a report; None ends the
+        connection (a malformed line, a wrong token)."""
         try:
             message = json.loads(line)
             token = str(message["token"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not hmac.compare_digest(token, self.token):
+            return None
+        if "partition" in message:
+            try:
+                lease, partition = int(message["lease"]), int(message["partition"])
+                holding = [int(s) for s in message.get("holding", [])]
+            except (ValueError, KeyError, TypeError):
+                return None
+            return {"slot": self.place(lease, partition, holding)}
+        if not self._take(message):
+            return None
+        return {"stop": self._stopping.is_set()}
+
+    def begin_lease(self, lease: int, slots: list[int]) -> None:
+        """The driver is about to run ``lease``, one task per slot of ``slots`` (task index
+        ``i`` is partition ``i``; ``slots`` are ``0 .. n-1``)."""
+        with self._lock:
+            self._lease, self._slots, self._placed = lease, frozenset(slots), {}
+
+    def place(self, lease: int, partition: int, holding: list[int]) -> int:
+        """The slot that task ``partition`` of ``lease`` runs. ``holding``: the slots whose
+        warm Worker (the one that completed the slot's last lease) the task's process holds.
+
+        Every partition gets one slot and no slot goes twice, as long as every task asks: a
+        retried task gets the slot its partition was given; a warm slot comes first; then the
+        partition's own slot; else, when a task that held it took it, the own slot of a
+        partition placed elsewhere, which no one else will run. Outside the lease in flight,
+        a partition runs its own slot, as it would without asking."""
+        with self._lock:
+            if lease != self._lease or partition not in self._slots:
+                return partition
+            placed = self._placed.get(partition)
+            if placed is not None:
+                return placed
+            taken = set(self._placed.values())
+            warm = [s for s in holding if s in self._slots and s not in taken]
+            if partition in warm or (not warm and partition not in taken):
+                slot = partition
+            elif warm:
+                slot = warm[0]
+            else:
+                # As many partitions were placed as slots taken, and this partition's own slot
+                # is one of the taken: so some placed partition's own slot is free.
+                slot = min(p for p in self._placed if p not in taken)
+            self._placed[partition] = slot
+            return slot
+
+    def _take(self, message: dict[str, Any]) -> bool:
+        try:
             slot, lease = int(message["slot"]), int(message["lease"])
             attempt = int(message.get("attempt", 0))
             metrics = {str(k): float(v) for k, v in message["metrics"].items()}
         except (ValueError, KeyError, TypeError, AttributeError):
-            return False
-        if not hmac.compare_digest(token, self.token):
             return False
         with self._lock:
             known = self._reports.get(slot)
@@ -149,6 +211,25 @@ class LeaseProgress:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def ask_slot(
+    address: str, token: str, *, lease: int, partition: int, holding: list[int]
+) -> int | None:
+    """Which slot task ``partition`` of ``lease`` runs, as the driver places it (see
+    :meth:`LeaseProgress.place`); None when the driver cannot be asked."""
+    host, _, port = address.rpartition(":")
+    message = {"token": token, "lease": lease, "partition": partition, "holding": holding}
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as sock:
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            with sock.makefile("rb") as reader:
+                answer = json.loads(reader.readline())
+        return int(answer["slot"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("task %d of lease %d cannot ask the driver for its slot: %s",
+                    partition, lease, error)  # fmt: skip
+        return None
 
 
 class ProgressReporter:

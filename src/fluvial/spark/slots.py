@@ -159,6 +159,8 @@ class LeaseResult:
     fatal: Exception | None = None
     # When the task began (seconds since the epoch, the executor's clock).
     began: float = 0.0
+    # The lease's task (Spark partition) that ran the slot: see _slot_for.
+    partition: int = -1
 
 
 @dataclass
@@ -184,7 +186,9 @@ _app_extractors: dict[str, Callable[[Any, int], int] | None] = {}
 def lease_partition(
     plan: LeasePlan, source_broadcast: object, index: int, iterator: Iterator[object]
 ) -> Iterator[LeaseResult]:
-    """The body of one slot task (``mapPartitionsWithIndex``): partition ``index`` is the slot."""
+    """The body of one slot task (``mapPartitionsWithIndex``): partition ``index`` runs the
+    slot the driver places it on (:func:`_slot_for`), its own unless this process holds another
+    slot's warm Worker."""
     from pyspark import TaskContext
 
     # Drain the input: PySpark reuses a Python worker only if its task read all of it.
@@ -193,7 +197,36 @@ def lease_partition(
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     source: AppSource = source_broadcast.value  # type: ignore[attr-defined]
-    yield run_lease(plan, source, index, attempt)
+    result = run_lease(plan, source, _slot_for(plan, index), attempt)
+    result.partition = index
+    yield result
+
+
+def _slot_for(plan: LeasePlan, partition: int) -> int:
+    """The slot task ``partition`` of the lease runs. Spark hands a task to whichever idle
+    Python worker of the executor comes first, so the task may land in the process that holds
+    another slot's warm Worker. The driver then places it on that slot, and the other slot's
+    task on the slot its own process holds, so that no Worker closes and reopens its stores.
+    Without the driver's progress service, or when it cannot be asked, it is the partition's
+    own slot."""
+    if not plan.progress_address or not plan.progress_token:
+        return partition
+    from fluvial.spark.progress import ask_slot
+
+    app_id = plan.config.application_id
+    run_key = (plan.run_id, plan.generation)
+    with _entries_lock:
+        holding = sorted(
+            entry.slot
+            for entry in _entries.values()
+            if entry.app_id == app_id
+            and not entry.busy
+            and entry.run_key == run_key
+            and plan.expected.get(entry.slot) == entry.incarnation
+        )
+    slot = ask_slot(plan.progress_address, plan.progress_token, lease=plan.lease,
+                    partition=partition, holding=holding)  # fmt: skip
+    return partition if slot is None or slot not in plan.slots else slot
 
 
 def run_lease(plan: LeasePlan, source: AppSource, slot: int, attempt: int) -> LeaseResult:
