@@ -425,8 +425,9 @@ class SparkApplication:
         self._expected = {}
         if self._rdd is not None:
             self._rdd.unpersist()
-        # One cached partition per slot: its block stays on the executor that ran the slot
-        # first, and Spark's locality preference brings the slot back there every lease.
+        # One cached partition per slot: its block stays on the executor that ran it first,
+        # and Spark's locality preference brings the task back there every lease; there the
+        # driver places it on a slot one of the executor's Python workers holds warm.
         self._rdd = self.sc.parallelize(range(slots), slots).cache()
 
     def run_lease(self, *, final: bool = False) -> list[LeaseResult]:
