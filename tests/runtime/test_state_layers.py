@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fluvial.processor.stores import StoreStack, create_store_stack
+from fluvial.state.base import ChangelogRecord
 from fluvial.state.caching import ThreadCache
 from fluvial.topology.nodes import (
     IN_MEMORY,
@@ -109,3 +110,65 @@ def test_a_restored_store_keeps_its_offset_across_a_restart(chain: str, tmp_path
             assert reopened.get(b"a") is not None
     finally:
         reopened.close()
+
+
+class Consumed:
+    """A changelog record as the restore's consumer hands it to ``restore_batch``."""
+
+    def __init__(self, record: ChangelogRecord) -> None:
+        self.record = record
+
+    def key(self) -> bytes:
+        return self.record.key
+
+    def value(self) -> bytes | None:
+        return self.record.value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.record.timestamp_ms)  # 1: CreateTime
+
+
+@pytest.mark.parametrize("backend", [ROCKSDB, IN_MEMORY])
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_a_batch_restore_rebuilds_what_the_changelog_recorded(
+    chain: str, backend: str, tmp_path: Path
+) -> None:
+    """A store restored from its changelog in consumer batches holds what the written store
+    held: values, timestamps of timestamped stores, overwrites and deletes; and the same as a
+    restore of the same records one by one."""
+    written = create_store_stack(CHAINS[chain], backend, ThreadCache(1 << 20))
+    changelog: list[ChangelogRecord] = []
+    written.set_changelog_listener(changelog.append)
+    written.store.init(tmp_path / "written")
+    for i in range(60):
+        key, value, ts = f"k{i % 17:02d}".encode(), f"v{i}".encode() * (i % 5 + 1), 1000 + i
+        if "window" in chain:
+            written.store.put(key, None if i % 11 == 10 else value, (i % 3) * 1000, ts)
+        elif i % 11 == 10:
+            written.store.delete(key, ts)
+        else:
+            written.store.put(key, value, ts)
+        if i % 20 == 19:
+            written.store.flush()  # three rounds: later ones overwrite and delete earlier ones
+    assert len({r.key for r in changelog}) < len(changelog), "overwrites are on the changelog"
+    assert any(r.value is None for r in changelog), "deletes are on the changelog"
+
+    def contents(restore: str) -> list:
+        stack = create_store_stack(CHAINS[chain], backend, ThreadCache(1 << 20))
+        stack.store.init(tmp_path / restore)
+        for start in range(0, len(changelog), 7):  # batches of 7, as a consumer might return
+            part = changelog[start : start + 7]
+            if restore == "batch":
+                stack.store.restore_batch([Consumed(r) for r in part])
+            else:
+                stack.store.restore(part)
+        try:
+            return list(stack.store.all())
+        finally:
+            stack.store.close()
+
+    expected = list(written.store.all())
+    written.store.close()
+    assert expected, "the written store holds entries"
+    assert contents("batch") == expected
+    assert contents("records") == expected

@@ -52,7 +52,7 @@ from fluvial.processor.punctuation import PunctuationQueue, PunctuationSchedule
 from fluvial.processor.stores import StoreStack, create_store_stack, typed_view
 from fluvial.processor_api import Cancellable, PunctuationType, Punctuator
 from fluvial.records import Record
-from fluvial.state.base import ChangelogRecord, StateStore
+from fluvial.state.base import ChangelogMessage, ChangelogRecord, StateStore
 from fluvial.state.caching import ThreadCache, discard_caches
 from fluvial.topology.nodes import IN_MEMORY, ROCKSDB, ProcessorNode, SinkNode, SourceNode
 from fluvial.topology.topology import Subtopology
@@ -273,10 +273,17 @@ class StreamTask:
 
     def restore(self, store_name: str, records: Iterable[ChangelogRecord]) -> None:
         """Apply changelog records to a store; must happen before :meth:`initialize`."""
+        self._store_to_restore(store_name).restore(records)
+
+    def restore_batch(self, store_name: str, batch: Sequence[ChangelogMessage]) -> None:
+        """As :meth:`restore`, for changelog records as the consumer returned them."""
+        self._store_to_restore(store_name).restore_batch(batch)
+
+    def _store_to_restore(self, store_name: str) -> StateStore:
         if self._initialized:
             raise StreamsError("restore stores before initialize(): processors read them in init")
         self.open_stores()
-        self.stores[store_name].restore(records)
+        return self.stores[store_name]
 
     def resume_stream_time(self, stream_time_ms: int, input_times: Sequence[int] = ()) -> None:
         """Set the stream time a previous run committed (e.g. kept in offset metadata), and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -14,7 +15,7 @@ from fluvial.metrics import WorkerMetrics
 from fluvial.processor.task import StreamTask
 from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.state import TaskState
-from fluvial.state.base import ChangelogRecord, new_tuple
+from fluvial.state.base import ChangelogMessage, ChangelogRecord, new_tuple
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,19 @@ def keyless_changelog_record(
         "corrupt the store. Stop that writer, set the topic's cleanup.policy back to compact, "
         f"then rebuild the state from the input with 'fluvial reset {application_id}'"
     )
+
+
+def _records_only(messages: list[ConsumedMessage], end: int) -> bool:
+    """Whether a batch holds records alone, each with a key and short of ``end``.
+
+    One partition is assigned at a time, so offsets ascend and the last message's decides the
+    limit. An event (an end of partition, an error) has no key, nor has a record that fluvial
+    did not write: one look at each key finds both, and such a batch is sifted record by record.
+    """
+    if not messages:
+        return False
+    last = messages[-1]
+    return last.error() is None and last.offset() < end and None not in [m.key() for m in messages]
 
 
 class Restorer:
@@ -155,30 +169,20 @@ class Restorer:
             # returns at once, where one waiting for more would wait out its timeout.
             # (Transaction markers take offsets too, so the last call may still wait.)
             messages = consume(consumer, min(BATCH, end - position), WAIT_S)
-            reached = position
-            batch: list[ChangelogRecord] = []
-            append = batch.append
-            # Per record only what the store needs; the stall clock is read once per batch.
-            for msg in messages:
-                if msg.error() is not None:
-                    reached = self._event(consumer, msg, topic, partition, reached)
-                    continue
-                offset = msg.offset()
-                if offset >= end:
-                    reached = end  # records past the limit belong to uncommitted input
-                    continue
-                key = msg.key()
-                if key is None:
-                    raise keyless_changelog_record(
-                        topic, partition, offset, self.config.application_id
-                    )
-                append(new_tuple(ChangelogRecord, (key, msg.value(), msg.timestamp()[1])))
-                reached = offset + 1
-            events_only = bool(messages) and not batch
-            del messages  # see BATCH
-            if batch:
-                task.restore(store_name, batch)
-                restored += len(batch)
+            if _records_only(messages, end):
+                # Almost every batch: the store takes it as it came, in one loop.
+                reached = messages[-1].offset() + 1
+                task.restore_batch(store_name, cast("list[ChangelogMessage]", messages))
+                restored += len(messages)
+                events_only = False
+                del messages  # see BATCH
+            else:
+                batch, reached = self._sift(consumer, messages, topic, partition, position, end)
+                events_only = bool(messages) and not batch
+                del messages  # see BATCH
+                if batch:
+                    task.restore(store_name, batch)
+                    restored += len(batch)
             if reached > position:
                 position, stalled_since = min(reached, end), time.monotonic()
             elif events_only and position < end:
@@ -189,6 +193,34 @@ class Restorer:
             counted = position
         consumer.unassign()
         return restored
+
+    def _sift(
+        self,
+        consumer: Consumer,
+        messages: list[ConsumedMessage],
+        topic: str,
+        partition: int,
+        position: int,
+        end: int,
+    ) -> tuple[list[ChangelogRecord], int]:
+        """The records of a batch with events, records past ``end`` or a keyless record in it,
+        and the position the batch reached."""
+        reached = position
+        batch: list[ChangelogRecord] = []
+        for msg in messages:
+            if msg.error() is not None:
+                reached = self._event(consumer, msg, topic, partition, reached)
+                continue
+            offset = msg.offset()
+            if offset >= end:
+                reached = end  # records past the limit belong to uncommitted input
+                continue
+            key = msg.key()
+            if key is None:
+                raise keyless_changelog_record(topic, partition, offset, self.config.application_id)
+            batch.append(new_tuple(ChangelogRecord, (key, msg.value(), msg.timestamp()[1])))
+            reached = offset + 1
+        return batch, reached
 
     @staticmethod
     def _event(

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 V = TypeVar("V")
 
@@ -47,6 +47,20 @@ ChangeListener = Callable[[ChangelogRecord], None]
 #: A NamedTuple's own constructor is a Python function, a frame per call; hot paths that make
 #: one per record call this C function instead.
 new_tuple = tuple.__new__
+
+
+class ChangelogMessage(Protocol):
+    """A changelog record as a consumer hands it over, read by :meth:`StateStore.restore_batch`.
+
+    Always a record with a key (never an event): the restore checks that before it hands a
+    batch on. Only these three accessors are used, so stores stay free of any Kafka client.
+    """
+
+    def key(self) -> bytes: ...
+
+    def value(self) -> bytes | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
 
 
 class ValueAndTimestamp(NamedTuple, Generic[V]):
@@ -98,6 +112,27 @@ class StateStore(ABC):
     @abstractmethod
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         """Apply changelog records without calling the listener; a ``None`` value deletes."""
+
+    def restore_batch(self, batch: Sequence[ChangelogMessage], timestamped: bool = False) -> None:
+        """Apply a batch of changelog records as the consumer returned them, like :meth:`restore`.
+
+        ``timestamped``: keep each value behind its record's 8-byte timestamp, as a timestamped
+        store's layer above asks. The restore of a changelog comes through here once per batch:
+        this default makes :class:`ChangelogRecord` objects for :meth:`restore`, and the stores
+        on the common path (the key-value stack) override it to write the batch in one loop,
+        with no object per record.
+        """
+        if timestamped:
+            pack = TIMESTAMP_PREFIX.pack
+            self.restore([
+                new_tuple(ChangelogRecord, (m.key(), None if v is None else pack(t) + v, t))
+                for m in batch
+                for v, t in ((m.value(), m.timestamp()[1]),)
+            ])  # fmt: skip
+        else:
+            self.restore([
+                new_tuple(ChangelogRecord, (m.key(), m.value(), m.timestamp()[1])) for m in batch
+            ])  # fmt: skip
 
     def apply_committed(
         self, records: Iterable[ChangelogRecord], committed_offset: int | None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 from fluvial.state.base import (
     NO_TIME,
     ChangeListener,
+    ChangelogMessage,
     ChangelogRecord,
     KeyValueStore,
     StateStore,
@@ -227,6 +228,10 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         self.discard()  # cached reads could be stale once the inner store changes under us
         self.inner.restore(records)
+
+    def restore_batch(self, batch: Sequence[ChangelogMessage], timestamped: bool = False) -> None:
+        self.discard()  # as restore
+        self.inner.restore_batch(batch, timestamped)
 
     # -- reads and writes --------------------------------------------------------------------
 

@@ -8,11 +8,12 @@ changelog topic looks like any table topic to a consumer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from fluvial.state.base import (
     TIMESTAMP_PREFIX,
+    ChangelogMessage,
     ChangelogRecord,
     KeyValueStore,
     StateStore,
@@ -107,6 +108,11 @@ class TimestampedKeyValueStore(StateStore):
             new_tuple(ChangelogRecord, (key, None if value is None else pack(ts) + value, ts))
             for key, value, ts in records
         ])  # fmt: skip
+
+    def restore_batch(self, batch: Sequence[ChangelogMessage], timestamped: bool = False) -> None:
+        # The layers below put each timestamp before its value as they write the batch.
+        assert not timestamped, "a timestamped store under a timestamped store"
+        self.inner.restore_batch(batch, timestamped=True)
 
     def set_flush_listener(self, listener: TimestampedFlushListener | None) -> None:
         """Forward cache flushes, with values split into ``(value, timestamp)``.

@@ -35,11 +35,17 @@ commit, while the buffer may only reach the store after it.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from fluvial.state.base import ChangeListener, ChangelogRecord, KeyValueStore, new_tuple
+from fluvial.state.base import (
+    ChangeListener,
+    ChangelogMessage,
+    ChangelogRecord,
+    KeyValueStore,
+    new_tuple,
+)
 from fluvial.state.caching import ENTRY_OVERHEAD, _merge
 from fluvial.state.versioned import Version, VersionedKeyValueStore
 
@@ -197,14 +203,24 @@ class TransactionalStore:
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         """Restore committed changelog records straight into the store."""
+        self._check_nothing_pending()
+        self.inner.restore(records)
+        self._unsynced = True
+        self._drop(committed=False)
+
+    def restore_batch(self, batch: Sequence[ChangelogMessage], timestamped: bool = False) -> None:
+        """As :meth:`restore`, for a batch as the consumer returned it."""
+        self._check_nothing_pending()
+        self.inner.restore_batch(batch, timestamped)
+        self._unsynced = True
+        self._drop(committed=False)
+
+    def _check_nothing_pending(self) -> None:
         if self._pending:
             raise RuntimeError(
                 f"state store {self.inner.name!r} has uncommitted writes: restore before "
                 "processing, or abort first"
             )
-        self.inner.restore(records)
-        self._unsynced = True
-        self._drop(committed=False)
 
     def apply_committed(
         self, records: Iterable[ChangelogRecord], committed_offset: int | None
