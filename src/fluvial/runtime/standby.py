@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fluvial.config import StreamsConfig
-from fluvial.kafka.consumed import consume
+from fluvial.kafka.consumed import ConsumedMessage, consume
 from fluvial.metrics import StoreLag, WorkerMetrics
 from fluvial.processor.collector import TaskId
 from fluvial.processor.task import StreamTask
@@ -31,7 +32,7 @@ from fluvial.runtime.clients import restore_consumer_settings
 from fluvial.runtime.collector import NoOutputCollector
 from fluvial.runtime.restore import keyless_changelog_record
 from fluvial.runtime.state import TaskState, copy_gain
-from fluvial.state.base import ChangelogRecord, new_tuple
+from fluvial.state.base import ChangelogMessage
 from fluvial.state.rocksdb import read_committed_offset
 from fluvial.topology.nodes import ROCKSDB
 from fluvial.topology.topology import Topology
@@ -212,7 +213,7 @@ class StandbyTasks:
                 self.release(task_id)
         if self._consumer is None:
             return 0
-        batches: dict[tuple[str, int], list[ChangelogRecord]] = {}
+        batches: dict[tuple[str, int], list[ConsumedMessage]] = {}
         reached: dict[tuple[str, int], int] = {}
         for msg in consume(self._consumer, max_records, 0.0):
             error = msg.error()
@@ -239,19 +240,21 @@ class StandbyTasks:
             tp = (msg.topic(), msg.partition())
             if tp not in self._store_by_tp:
                 continue
-            key = msg.key()
-            if key is None:
+            if msg.key() is None:
                 raise keyless_changelog_record(*tp, msg.offset(), self.config.application_id)
-            timestamp = msg.timestamp()[1]
-            batches.setdefault(tp, []).append(
-                new_tuple(ChangelogRecord, (key, msg.value(), timestamp))
-            )
-            reached[tp] = max(reached.get(tp, 0), msg.offset() + 1)
-            self._last_timestamp[tp] = timestamp
-        for tp, records in batches.items():
+            batch = batches.get(tp)
+            if batch is None:
+                batches[tp] = batch = []
+            batch.append(msg)
+        for tp, batch in batches.items():
+            # Each partition's records as the consumer returned them, in one call per store
+            # (restore_batch); their offsets ascend, so the last one says how far it got.
             task, store_name = self._store_by_tp[tp]
-            task.stores[store_name].restore(records)
-            self.applied += len(records)
+            task.stores[store_name].restore_batch(cast("list[ChangelogMessage]", batch))
+            self.applied += len(batch)
+            last = batch[-1]
+            reached[tp] = max(reached.get(tp, 0), last.offset() + 1)
+            self._last_timestamp[tp] = last.timestamp()[1]
         # Only once applied: a lag read by a query never runs ahead of the store.
         for tp, offset in reached.items():
             if tp in self._store_by_tp and offset > self._position.get(tp, -1):
