@@ -122,17 +122,10 @@ class StateStore(ABC):
         on the common path (the key-value stack) override it to write the batch in one loop,
         with no object per record.
         """
-        if timestamped:
-            pack = TIMESTAMP_PREFIX.pack
-            self.restore([
-                new_tuple(ChangelogRecord, (m.key(), None if v is None else pack(t) + v, t))
-                for m in batch
-                for v, t in ((m.value(), m.timestamp()[1]),)
-            ])  # fmt: skip
-        else:
-            self.restore([
-                new_tuple(ChangelogRecord, (m.key(), m.value(), m.timestamp()[1])) for m in batch
-            ])  # fmt: skip
+        records = [
+            new_tuple(ChangelogRecord, (m.key(), m.value(), m.timestamp()[1])) for m in batch
+        ]
+        self.restore(with_timestamps(records) if timestamped else records)
 
     def apply_committed(
         self, records: Iterable[ChangelogRecord], committed_offset: int | None
@@ -301,6 +294,17 @@ def parse_window_store_key(binary: bytes) -> tuple[bytes, int, int]:
 def to_timestamped_bytes(value: bytes, timestamp_ms: int) -> bytes:
     """8-byte BE timestamp + value: how timestamped stores keep a value internally."""
     return TIMESTAMP_PREFIX.pack(timestamp_ms) + value
+
+
+def with_timestamps(records: Iterable[ChangelogRecord]) -> list[ChangelogRecord]:
+    """Changelog records as a timestamped store keeps them: each value behind its timestamp
+    (:func:`to_timestamped_bytes`, packed here in one comprehension: a restore's whole
+    changelog may pass through)."""
+    pack = TIMESTAMP_PREFIX.pack
+    return [
+        new_tuple(ChangelogRecord, (key, None if value is None else pack(ts) + value, ts))
+        for key, value, ts in records
+    ]
 
 
 def from_timestamped_bytes(raw: bytes) -> tuple[bytes, int]:

@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from fluvial.state.base import (
-    TIMESTAMP_PREFIX,
     ChangelogMessage,
     ChangelogRecord,
     KeyValueStore,
     StateStore,
     from_timestamped_bytes,
-    new_tuple,
     to_timestamped_bytes,
+    with_timestamps,
 )
 
 #: (key, new (value, timestamp) or None, old (value, timestamp) or None, timestamp_ms)
@@ -101,13 +100,7 @@ class TimestampedKeyValueStore(StateStore):
         return self.inner.approximate_num_entries()
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
-        # A restore passes every record of a changelog through here: one list, built by one
-        # comprehension that packs the timestamp itself (as to_timestamped_bytes does).
-        pack = TIMESTAMP_PREFIX.pack
-        self.inner.restore([
-            new_tuple(ChangelogRecord, (key, None if value is None else pack(ts) + value, ts))
-            for key, value, ts in records
-        ])  # fmt: skip
+        self.inner.restore(with_timestamps(records))
 
     def restore_batch(self, batch: Sequence[ChangelogMessage], timestamped: bool = False) -> None:
         # The layers below put each timestamp before its value as they write the batch.
