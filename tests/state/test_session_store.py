@@ -226,6 +226,39 @@ def test_rocksdb_drops_expired_session_segments(tmp_path):
     reopened.close()
 
 
+def test_rocksdb_leaves_no_tombstone_for_a_session_it_never_held(tmp_path):
+    """A growing session replaces its previous version on every record. Versions the store
+    never held (the cache or the transaction folded them) must leave no tombstone: every later
+    lookup of the key would step over each one. Removing what the store holds still lands."""
+    store = RocksDBSessionStore("s", retention_ms=10_000, segment_interval_ms=60_000)
+    store.init(tmp_path)
+    store.put(b"k", 0, 100, b"a")
+    store.put(b"j", 0, 100, b"other key")
+    # One commit's changelog: three versions the store never held, the one it holds, the new.
+    never_held = [ChangelogRecord(session_store_key(b"k", 0, e), None, e) for e in (110, 120, 130)]
+    store.apply_committed(
+        [*never_held,
+         ChangelogRecord(session_store_key(b"k", 0, 100), None, 100),
+         ChangelogRecord(session_store_key(b"k", 0, 140), b"b", 140)],
+        committed_offset=5,
+    )  # fmt: skip
+    deletes = store._segments[0].property_int_value("rocksdb.num-deletes-active-mem-table")
+    assert deletes == 1
+    assert spans(store.find_sessions(b"k", 0, 1000)) == [(b"k", 0, 140)]
+    # A restore replays a put and the remove of the same session in one batch: both land.
+    store.restore([ChangelogRecord(session_store_key(b"k", 150, 160), b"c", 160),
+                   ChangelogRecord(session_store_key(b"k", 150, 160), None, 160)])  # fmt: skip
+    assert spans(store.all()) == [(b"j", 0, 100), (b"k", 0, 140)]
+    store.remove(b"j", 0, 100)
+    assert spans(store.all()) == [(b"k", 0, 140)]
+    store.close()
+    reopened = RocksDBSessionStore("s", retention_ms=10_000, segment_interval_ms=60_000)
+    reopened.init(tmp_path)
+    assert spans(reopened.all()) == [(b"k", 0, 140)]
+    assert reopened.committed_offset == 5
+    reopened.close()
+
+
 def test_typed_session_store_uses_windowed_keys(make_session):
     store = TypedSessionStore(make_session(retention_ms=10_000), serdes.string(), serdes.long())
     store.put(Windowed("alice", Window(10, 20)), 2)

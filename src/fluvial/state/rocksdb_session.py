@@ -48,6 +48,7 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
         self._segments: dict[int, Rdict] = {}
         self._batch: WriteBatch | None = None  # set while a restore or commit stages writes
         self._dead: list[int] = []
+        self._staged: set[bytes] = set()  # store keys the batch puts
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -129,6 +130,7 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
     def _begin(self) -> None:
         self._batch = WriteBatch(raw_mode=True)
         self._dead = []
+        self._staged = set()
 
     def _finish(self, committed_offset: int | None, write_offset: bool) -> None:
         batch, self._batch = self._batch, None
@@ -136,6 +138,7 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
         if write_offset:
             self.committed_offset = committed_offset
             self._write_meta(batch, b"committed_offset", committed_offset)
+        self._staged = set()
         self._live_db().write(batch)
         # Only now: staged writes may name a segment that has just died.
         for segment_id in self._dead:
@@ -149,9 +152,17 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
         segment_id = end // self.segment_interval_ms
         store_key = session_store_key(key, start, end)
         if value is None:
-            if segment_id in self._segments:
+            segment = self._segments.get(segment_id)
+            # A growing session replaces its previous version on every record. Most versions
+            # never reach this store (the cache or the transaction already folded them), and
+            # a tombstone for a key the store never held would cost every later lookup of the
+            # key a step over it: delete only what the store or this batch holds.
+            if segment is not None and (
+                store_key in self._staged or segment.get(store_key) is not None
+            ):
                 self._batch.delete(store_key, self._handle(segment_id))
             return
+        self._staged.add(store_key)
         if segment_id not in self._segments:
             db = self._live_db()
             family = f"{_SEGMENT_PREFIX}{segment_id}"
