@@ -56,6 +56,30 @@ def test_old_value_is_what_downstream_last_saw(make_kv):
     assert inner.get(b"k") is None
 
 
+def test_a_listener_without_old_values_gets_none_and_costs_no_read(make_kv, monkeypatch):
+    """Where nothing downstream reads old values (an aggregation followed by to_stream), a
+    flushed update must not read the inner store for one; a deletion still reads it, so that
+    only the removal of a row the store held goes downstream."""
+    inner = make_kv()
+    inner.put(b"k", b"before")
+    inner.put(b"gone", b"held")
+    flushes = Flushes()
+    cache = CachingKeyValueStore(inner, max_bytes=10_000)
+    cache.set_flush_listener(flushes, send_old_values=False)
+    cache.put(b"k", b"x", 1)
+    cache.put(b"gone", None, 2)
+    cache.put(b"new", b"1", 3)
+    cache.put(b"new", None, 4)
+    reads = []
+    get = inner.get
+    monkeypatch.setattr(inner, "get", lambda key: reads.append(key) or get(key))
+    cache.flush()
+    assert flushes == [(b"k", b"x", None, 1), (b"gone", None, None, 2)]
+    assert reads == [b"gone", b"new"]
+    monkeypatch.undo()
+    assert (inner.get(b"k"), inner.get(b"gone"), inner.get(b"new")) == (b"x", None, None)
+
+
 def test_flush_order_follows_the_latest_update(make_kv):
     flushes = Flushes()
     cache = CachingKeyValueStore(make_kv(), max_bytes=10_000, flush_listener=flushes)

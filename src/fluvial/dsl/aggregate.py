@@ -22,6 +22,7 @@ from mypy_extensions import mypyc_attr
 
 from fluvial.dsl.change import Change
 from fluvial.dsl.forwarding import TableForwarder, WindowForwarder, emit
+from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.windows import SlidingWindows, TimeWindows
 from fluvial.processor.metrics import LATE, NULL_KEY, REVISIONS_EMITTED, dropped
 from fluvial.processor_api import Processor
@@ -50,17 +51,21 @@ class StreamAggregateProcessor(Processor[Any, Any]):
         value_serde: Serde[Any],
         initializer: Initializer | None,
         aggregator: Aggregator,
+        old_values: OldValues | None = None,
     ) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.initializer = initializer
         self.aggregator = aggregator
+        self.old_values = old_values  # the result table's: whether downstream reads old values
 
     def init(self, context: Any) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.value_serde)
+        self.forwarder = TableForwarder(
+            context, self.store, self.key_serde, self.value_serde, self.old_values
+        )
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None or record.value is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fluvial.dsl.change import Change
+from fluvial.dsl.old_values import OldValues
 from fluvial.processor.metrics import REVISIONS_EMITTED
 from fluvial.processor.stores import is_cached
 from fluvial.processor_api import ProcessorContext
@@ -28,13 +29,18 @@ class TableForwarder:
         store: TimestampedKeyValueStore,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
+        old_values: OldValues | None = None,
     ) -> None:
         self.context = context
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.cached = is_cached(store)
         if self.cached:
-            store.set_flush_listener(self._on_flush)
+            # Decided once the whole topology is built: whether an operator downstream (a
+            # group_by, a join, a filter, suppress) reads old values. When none does, a flush
+            # skips reading and decoding them, as Kafka Streams' cache does.
+            send_old = old_values is None or old_values.enabled
+            store.set_flush_listener(self._on_flush, send_old)
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp_ms: int) -> None:
         if not self.cached:

@@ -19,6 +19,7 @@ from fluvial.dsl.aggregate import (
 )
 from fluvial.dsl.getters import store_getter
 from fluvial.dsl.kstream import NamedArg, named_value
+from fluvial.dsl.old_values import OldValues
 from fluvial.dsl.options import Materialized
 from fluvial.dsl.sliding import SlidingWindowAggregateProcessor
 from fluvial.dsl.suppressed import EmitStrategy
@@ -175,13 +176,16 @@ class KGroupedStream:
         parent = stream._repartition_if_required(self._grouped_name, store)
         key_serde = m.key_serde or stream.key_serde
         k, v = graph.internal_serde(key_serde), graph.internal_serde(value_serde)
+        old_values = OldValues()
         itb.add_processor(
-            name, lambda: StreamAggregateProcessor(store, k, v, initializer, aggregator), [parent]
+            name,
+            lambda: StreamAggregateProcessor(store, k, v, initializer, aggregator, old_values),
+            [parent],
         )
         itb.add_store(graph.kv_store_spec(store, m, k, v), name)
         return KTable(
             stream._builder, name, key_serde, value_serde, store_name=store,
-            getter=store_getter(store, k, v),
+            getter=store_getter(store, k, v), old_values=old_values,
         )  # fmt: skip
 
 

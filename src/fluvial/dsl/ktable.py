@@ -513,13 +513,16 @@ class KGroupedTable:
         itb.add_sink(sink, topic, [self._node], k, changes)
         itb.add_source(source, [topic], k, changes)
         a = graph.internal_serde(agg_serde)
+        old_values = OldValues()
         itb.add_processor(
             name,
-            lambda: TableAggregateProcessor(store, k, a, initializer, adder, subtractor),
+            lambda: TableAggregateProcessor(
+                store, k, a, initializer, adder, subtractor, old_values
+            ),
             [source],
         )
         itb.add_store(graph.kv_store_spec(store, m, k, a), name)
         return KTable(
             self._builder, name, m.key_serde or self._key_serde, agg_serde, store_name=store,
-            getter=store_getter(store, k, a),
+            getter=store_getter(store, k, a), old_values=old_values,
         )  # fmt: skip

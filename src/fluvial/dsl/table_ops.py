@@ -207,6 +207,7 @@ class TableAggregateProcessor(Processor[Any, Any]):
         initializer: Callable[[], Any] | None,
         adder: Callable[[Any, Any, Any], Any],
         subtractor: Callable[[Any, Any, Any], Any],
+        old_values: OldValues | None = None,
     ) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
@@ -214,11 +215,14 @@ class TableAggregateProcessor(Processor[Any, Any]):
         self.initializer = initializer
         self.adder = adder
         self.subtractor = subtractor
+        self.old_values = old_values  # the result table's: whether downstream reads old values
 
     def init(self, context: Any) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self.forwarder = TableForwarder(context, self.store, self.key_serde, self.agg_serde)
+        self.forwarder = TableForwarder(
+            context, self.store, self.key_serde, self.agg_serde, self.old_values
+        )
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:

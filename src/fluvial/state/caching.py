@@ -191,9 +191,19 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
         self._flush_listener = flush_listener
         self._setup(max_bytes, cache)
         self._sorted: list[bytes] = []  # cached keys in byte order, for range merges
+        self._send_old_values = True
 
-    def set_flush_listener(self, listener: FlushListener | None) -> None:
+    def set_flush_listener(
+        self, listener: FlushListener | None, send_old_values: bool = True
+    ) -> None:
+        """Call ``listener`` for each flushed entry.
+
+        ``send_old_values=False``: nothing downstream reads old values, so an update's old
+        value is neither read from the inner store nor passed on (``None``); a deletion still
+        reads it, to forward only the removal of a row the store held.
+        """
         self._flush_listener = listener
+        self._send_old_values = send_old_values
 
     # -- lifecycle: the inner store owns files, changelog and offsets --------------------------
 
@@ -285,10 +295,11 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
         # Mark clean before calling out: the listener may read or write this store again.
         entry.dirty = False
         self._dirty.pop(key, None)
-        old = self.inner.get(key)
-        self.inner.put(key, entry.value, entry.timestamp_ms)
-        if self._flush_listener is not None and (entry.value is not None or old is not None):
-            self._flush_listener(key, entry.value, old, entry.timestamp_ms)
+        new, send_old = entry.value, self._send_old_values
+        old = self.inner.get(key) if new is None or send_old else None
+        self.inner.put(key, new, entry.timestamp_ms)
+        if self._flush_listener is not None and (new is not None or old is not None):
+            self._flush_listener(key, new, old if send_old else None, entry.timestamp_ms)
 
 
 def _merge(

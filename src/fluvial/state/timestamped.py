@@ -107,10 +107,13 @@ class TimestampedKeyValueStore(StateStore):
         assert not timestamped, "a timestamped store under a timestamped store"
         self.inner.restore_batch(batch, timestamped=True)
 
-    def set_flush_listener(self, listener: TimestampedFlushListener | None) -> None:
+    def set_flush_listener(
+        self, listener: TimestampedFlushListener | None, send_old_values: bool = True
+    ) -> None:
         """Forward cache flushes, with values split into ``(value, timestamp)``.
 
-        Only valid when the inner store is a caching store.
+        Only valid when the inner store is a caching store; ``send_old_values`` as for
+        :meth:`fluvial.state.caching.CachingKeyValueStore.set_flush_listener`.
         """
         set_inner = getattr(self.inner, "set_flush_listener", None)
         if set_inner is None:
@@ -130,7 +133,7 @@ class TimestampedKeyValueStore(StateStore):
                 timestamp_ms,
             )
 
-        set_inner(split)
+        set_inner(split, send_old_values)
 
     def _forward(self, record: ChangelogRecord) -> None:
         # Strip the timestamp prefix: the changelog holds the plain value, stamped with the
