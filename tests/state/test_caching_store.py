@@ -217,6 +217,27 @@ def test_window_updates_coalesce_with_old_values(make_window, attach_changelog):
     assert flushes[-1] == (b"k", 100, b"6", b"5", 106)
 
 
+def test_a_window_listener_without_old_values_gets_none_and_costs_no_read(make_window, monkeypatch):
+    inner = make_window(retention_ms=10_000)
+    inner.put(b"k", b"5", 100)
+    inner.put(b"gone", b"held", 100)
+    flushes = Flushes()
+    cache = CachingWindowStore(inner, max_bytes=10_000)
+    cache.set_flush_listener(flushes, send_old_values=False)
+    cache.put(b"k", b"6", 100, timestamp_ms=106)
+    cache.put(b"gone", None, 100, timestamp_ms=107)
+    cache.put(b"new", b"1", 100, timestamp_ms=108)
+    cache.put(b"new", None, 100, timestamp_ms=109)
+    reads = []
+    fetch = inner.fetch
+    monkeypatch.setattr(inner, "fetch", lambda key, start: reads.append(key) or fetch(key, start))
+    cache.flush()
+    assert flushes == [(b"k", 100, b"6", None, 106), (b"gone", 100, None, None, 107)]
+    assert reads == [b"gone", b"new"]
+    monkeypatch.undo()
+    assert [inner.fetch(k, 100) for k in (b"k", b"gone", b"new")] == [b"6", None, None]
+
+
 def test_window_reads_see_cached_values(make_window):
     inner = make_window(retention_ms=10_000)
     inner.put(b"k", b"stored100", 100)

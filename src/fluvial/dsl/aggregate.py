@@ -106,6 +106,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         initializer: Initializer | None,
         aggregator: Aggregator,
         emit_on_close: bool,
+        old_values: OldValues | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
@@ -114,6 +115,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
         self.initializer = initializer
         self.aggregator = aggregator
         self.emit_on_close = emit_on_close
+        self.old_values = old_values  # the result table's: whether downstream reads old values
         self._emitted_up_to = -(2**63)  # windows starting at or before this were emitted
         # This process() takes every record with a key, null value or not, and a count never
         # reads the value: a task may hand it the value's bytes undecoded (StreamTask.initialize).
@@ -132,6 +134,7 @@ class WindowedAggregateProcessor(Processor[Any, Any]):
             self.value_serde,
             self.windows.size_ms,
             enabled=not self.emit_on_close,
+            old_values=self.old_values,
         )
         stream_time = context.input_stream_time_ms()
         self._observed = stream_time

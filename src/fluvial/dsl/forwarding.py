@@ -75,6 +75,7 @@ class WindowForwarder:
         value_serde: Serde[Any],
         window_size_ms: int,
         enabled: bool,
+        old_values: OldValues | None = None,
     ) -> None:
         self.context = context
         self.key_serde = key_serde
@@ -83,7 +84,7 @@ class WindowForwarder:
         self.enabled = enabled
         self.cached = is_cached(store)
         if self.cached and enabled:
-            store.set_flush_listener(self._on_flush)
+            store.set_flush_listener(self._on_flush, old_values is None or old_values.enabled)
 
     def maybe_forward(self, key: Any, window: Window, new: Any, old: Any, ts: int) -> None:
         if self.enabled and not self.cached:

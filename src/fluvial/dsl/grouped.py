@@ -314,9 +314,10 @@ class TimeWindowedKStream:
             if isinstance(windows, SlidingWindows)
             else WindowedAggregateProcessor
         )
+        old_values = OldValues()
         itb.add_processor(
             name,
-            lambda: processor(store, windows, k, v, initializer, aggregator, on_close),
+            lambda: processor(store, windows, k, v, initializer, aggregator, on_close, old_values),
             [parent],
         )
         itb.add_store(
@@ -339,7 +340,7 @@ class TimeWindowedKStream:
         windowed_key = None if key_serde is None else windows.windowed_key_serde(key_serde)
         return KTable(
             stream._builder, name, windowed_key, value_serde, store_name=store,
-            windows=windows, inner_key_serde=key_serde,
+            windows=windows, inner_key_serde=key_serde, old_values=old_values,
         )  # fmt: skip
 
 

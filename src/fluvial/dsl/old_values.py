@@ -1,13 +1,18 @@
 """Which tables send old values downstream, decided as Kafka Streams decides it.
 
-Every fluvial table revision carries both the new and the old value. Kafka Streams carries the
-old value only where an operator downstream needs it ("sending old values": ``group_by``, the
-outer side of a table-table join, foreign-key joins, ``suppress``) or where the table can supply
-it for free (a queryable store, an aggregation). One observable behaviour depends on it: a
-``filter`` that sends old values drops a revision whose new and old values both fail the filter,
-while one that does not send them forwards it as a deletion (``key -> None``), even for a key the
-filtered table never held. fluvial's filter asks these objects at run time, once the whole
-topology is built, so it forwards exactly the deletions Kafka Streams forwards.
+Kafka Streams carries the old value only where an operator downstream needs it ("sending old
+values": ``group_by``, the outer side of a table-table join, foreign-key joins, ``suppress``) or
+where the table can supply it for free (a queryable store, an aggregation). fluvial's revisions
+carry it wherever it is at hand, with one exception for speed: the record cache of a per-key or
+per-time-window aggregation reads and passes old values at a flush only when its table sends
+them (see :class:`fluvial.dsl.forwarding.TableForwarder`), so ``aggregate().to_stream()`` reads
+no old value.
+
+One observable behaviour depends on it: a ``filter`` that sends old values drops a revision whose
+new and old values both fail the filter, while one that does not send them forwards it as a
+deletion (``key -> None``), even for a key the filtered table never held. fluvial's filter and
+the caches ask these objects at run time, once the whole topology is built, so the filter
+forwards exactly the deletions Kafka Streams forwards.
 
 Each table has one: :meth:`OldValues.enable` is Kafka Streams' ``enableSendingOldValues``;
 ``force`` says whether the table may be materialized to supply them.

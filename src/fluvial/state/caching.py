@@ -351,9 +351,15 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         # start at a time, so a scan must not walk the whole cache).
         self._keys_by_start: dict[int, set[bytes]] = {}
         self._starts: list[int] = []  # the keys of _keys_by_start, ascending
+        self._send_old_values = True
 
-    def set_flush_listener(self, listener: WindowFlushListener | None) -> None:
+    def set_flush_listener(
+        self, listener: WindowFlushListener | None, send_old_values: bool = True
+    ) -> None:
+        """Call ``listener`` for each flushed window; ``send_old_values`` as for
+        :meth:`CachingKeyValueStore.set_flush_listener`."""
         self._flush_listener = listener
+        self._send_old_values = send_old_values
 
     @property
     def is_open(self) -> bool:
@@ -487,16 +493,18 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         entry.dirty = False
         self._dirty.pop(key, None)
         record_key, start = key
-        listener = self._flush_listener
-        # The previous value is read only for a listener (a store nobody forwards from, such
-        # as an emit-on-close aggregate's, skips that read).
-        old = self.inner.fetch(record_key, start) if listener is not None else None
+        listener, new, send_old = self._flush_listener, entry.value, self._send_old_values
+        # The previous value is read only for a listener that sends it, or to tell a deletion
+        # of a stored window from nothing (a store nobody forwards from, such as an
+        # emit-on-close aggregate's, skips that read).
+        read_old = listener is not None and (new is None or send_old)
+        old = self.inner.fetch(record_key, start) if read_old else None
         # A window that expired while cached is not stored any more, but its last revision
         # still goes downstream: dropping it would lose the window's final result.
         if start > self.expired_before():
-            self.inner.put(record_key, entry.value, start, entry.timestamp_ms)
-        if listener is not None and (entry.value is not None or old is not None):
-            listener(record_key, start, entry.value, old, entry.timestamp_ms)
+            self.inner.put(record_key, new, start, entry.timestamp_ms)
+        if listener is not None and (new is not None or old is not None):
+            listener(record_key, start, new, old if send_old else None, entry.timestamp_ms)
 
 
 def discard_caches(store: StateStore) -> None:
