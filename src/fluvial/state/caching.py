@@ -295,11 +295,13 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
         # Mark clean before calling out: the listener may read or write this store again.
         entry.dirty = False
         self._dirty.pop(key, None)
-        new, send_old = entry.value, self._send_old_values
-        old = self.inner.get(key) if new is None or send_old else None
+        listener, new, send_old = self._flush_listener, entry.value, self._send_old_values
+        # As for windows: the previous value only serves a listener (see CachingWindowStore).
+        read_old = listener is not None and (new is None or send_old)
+        old = self.inner.get(key) if read_old else None
         self.inner.put(key, new, entry.timestamp_ms)
-        if self._flush_listener is not None and (new is not None or old is not None):
-            self._flush_listener(key, new, old if send_old else None, entry.timestamp_ms)
+        if listener is not None and (new is not None or old is not None):
+            listener(key, new, old if send_old else None, entry.timestamp_ms)
 
 
 def _merge(
