@@ -159,3 +159,22 @@ def test_uv_rebuilds_when_any_compiled_source_changes() -> None:
         for module in compiled.MODULES
     }
     assert sources - files == set(), "add these to [tool.uv] cache-keys in pyproject.toml"
+
+
+def test_every_compiled_abstract_class_keeps_its_own_isinstance_caches() -> None:
+    """A compiled class derived from an ABC (the stores) is made without ``ABCMeta.__new__``: it
+    must get ABC caches of its own, or ``isinstance`` answers about it poison its base's."""
+    import abc
+    import importlib
+    from typing import Protocol
+
+    shared = [
+        f"{module}.{name}"
+        for module in compiled.MODULES
+        for name, value in vars(importlib.import_module(module)).items()
+        if isinstance(value, abc.ABCMeta)
+        and value.__module__ == module
+        and Protocol not in value.__mro__  # never asked isinstance (not runtime-checkable)
+        and "_abc_impl" not in vars(value)
+    ]
+    assert shared == [], "call fluvial.state.base.own_abc_bookkeeping on these"

@@ -281,3 +281,33 @@ def test_window_cache_eviction_and_expiry(make_window):
 def test_window_cache_refuses_duplicate_stores(make_window):
     with pytest.raises(ValueError, match="retains duplicates"):
         CachingWindowStore(make_window(retain_duplicates=True), max_bytes=100)
+
+
+def test_asking_whether_a_store_is_a_cache_changes_no_other_answer(make_kv, make_window):
+    """``isinstance`` against a caching or timestamped store class answers for that class alone.
+
+    The compiled classes of these layers once shared their base's ABC caches: a "no, not a
+    cache" about a transactional store was cached as "not a KeyValueStore", and a "yes" about
+    any key-value store as "a CachingKeyValueStore", so the runtime took a transactional store
+    for a cache (and a cache for no store at all).
+    """
+    from fluvial.state import KeyValueStore, StateStore, TimestampedKeyValueStore, WindowStore
+    from fluvial.state.caching_session import CachingSessionStore
+    from fluvial.state.session import InMemorySessionStore, SessionStore
+    from fluvial.state.transactional import TransactionalKeyValueStore
+    from fluvial.state.transactional_windowed import TransactionalSessionStore
+
+    kv, window = make_kv(), make_window()
+    session = TransactionalSessionStore(InMemorySessionStore("sess", 1000))
+    transactional = TransactionalKeyValueStore(make_kv("tkv"))
+    cached = CachingKeyValueStore(make_kv("ckv"))
+    caches = (CachingKeyValueStore, CachingWindowStore, CachingSessionStore)
+    for _ in range(2):  # the second round reads what the first one cached
+        for store in (kv, window, session, transactional):
+            for cache_class in (*caches, TimestampedKeyValueStore):
+                assert not isinstance(store, cache_class), (store, cache_class)
+        assert all(isinstance(s, StateStore) for s in (kv, window, session, transactional, cached))
+        assert isinstance(kv, KeyValueStore) and isinstance(transactional, KeyValueStore)
+        assert isinstance(window, WindowStore) and isinstance(session, SessionStore)
+        assert isinstance(cached, CachingKeyValueStore) and isinstance(cached, KeyValueStore)
+        assert not isinstance(cached, CachingWindowStore | SessionStore | WindowStore)

@@ -7,9 +7,6 @@ what keeps a key that moves between groups counted exactly once.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
-from types import MemberDescriptorType
 from typing import Any, Generic, TypeVar
 
 from fluvial.serdes import Serde
@@ -19,29 +16,41 @@ V = TypeVar("V")
 _LEN = struct.Struct(">i")
 
 
-def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """The store of slot ``name`` of ``cls``, bypassing a frozen class's ``__setattr__``
-    (which costs about half again a plain slot store)."""
-    descriptor = vars(cls).get(name)
-    if not isinstance(descriptor, MemberDescriptorType):
-        raise TypeError(f"{cls.__name__}.{name} is not a slot; declare the class with slots=True")
-    return descriptor.__set__
-
-
-# One is made per revision: it sets its slots directly (see _slot_setter).
-@dataclass(frozen=True, slots=True, init=False)
 class Change(Generic[V]):
-    """``(new_value, old_value)``; ``None`` on either side means "no value" (a tombstone)."""
+    """``(new_value, old_value)``; ``None`` on either side means "no value" (a tombstone).
 
-    new_value: V | None
-    old_value: V | None
+    Immutable (both halves are read-only), equal by both halves.
+    """
+
+    # A plain class with read-only properties, not a frozen dataclass: one is made per
+    # revision, and the compiled build makes this a native class with two typed slots.
+    _new_value: V | None
+    _old_value: V | None
 
     def __init__(self, new_value: V | None, old_value: V | None) -> None:
-        _set_new(self, new_value)
-        _set_old(self, old_value)
+        self._new_value = new_value
+        self._old_value = old_value
 
+    @property
+    def new_value(self) -> V | None:
+        """The value after the change (``None``: the row is gone)."""
+        return self._new_value
 
-_set_new, _set_old = _slot_setter(Change, "new_value"), _slot_setter(Change, "old_value")
+    @property
+    def old_value(self) -> V | None:
+        """The value before the change (``None``: there was none, or it is not sent)."""
+        return self._old_value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Change):
+            return NotImplemented
+        return self._new_value == other._new_value and self._old_value == other._old_value
+
+    def __hash__(self) -> int:
+        return hash((self._new_value, self._old_value))
+
+    def __repr__(self) -> str:
+        return f"Change(new_value={self._new_value!r}, old_value={self._old_value!r})"
 
 
 def change_serde(inner: Serde[Any]) -> Serde[Change[Any]]:

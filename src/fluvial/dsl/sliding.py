@@ -73,7 +73,9 @@ class SlidingWindowAggregateProcessor(WindowedAggregateProcessor):
         before_left: Aggregate | None = None  # latest-starting window ending before t
         containing: Aggregate | None = None  # latest-starting window containing t, not ending there
         previous: int | None = None  # timestamp of the latest record before t, when known
-        windows = list(self.store.fetch_range(self.key_bytes, max(0, t - 2 * d), t + 1))
+        windows: list[tuple[int, bytes]] = list(
+            self.store.fetch_range(self.key_bytes, max(0, t - 2 * d), t + 1)
+        )
         for start, raw in reversed(windows):
             starts.add(start)
             found = from_timestamped_bytes(raw)

@@ -389,7 +389,8 @@ def _split_headers(
     headers: Sequence[tuple[str, bytes | None]],
 ) -> tuple[str, bytes | None, Sequence[tuple[str, bytes | None]]]:
     """(writer id, progress payload or None, the headers without fluvial's own)."""
-    writer, progress = "", None
+    writer = ""
+    progress: bytes | None = None
     if not headers:
         return writer, progress, headers
     if len(headers) == 1 and headers[0][0] == WRITER_HEADER:  # the common case: a data record

@@ -93,28 +93,13 @@ class NodeContext:
     def __init__(self, task: NodeHost, node: LiveNode) -> None:
         self._task = task
         self._node = node
+        # The common case, a chain: forward is a direct call of the one child (of its fused
+        # step, when it starts a run of stateless operators).
+        self._only_child: Callable[[Record[Any, Any]], None] | None = None
+        self._step: Callable[[Any, Any, Record[Any, Any]], None] | None = None
         if len(node.children) == 1:
-            # The common case, a chain: forward is a direct call of the one child (of its fused
-            # step, when it starts a run of stateless operators).
             child = node.children[0]
-            only_child, step = child.process, child.step
-            if step is not None:
-
-                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
-                    if child_name is None:
-                        step(record.key, record.value, record)
-                    else:
-                        NodeContext.forward(self, record, child_name)
-
-            else:
-
-                def forward(record: Record[Any, Any], child_name: str | None = None) -> None:
-                    if child_name is None:
-                        only_child(record)
-                    else:
-                        NodeContext.forward(self, record, child_name)
-
-            self.forward = forward  # type: ignore[method-assign]
+            self._only_child, self._step = child.process, child.step
 
     @property
     def application_id(self) -> str:
@@ -156,7 +141,16 @@ class NodeContext:
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
         """Send ``record`` to every child, or only to ``child_name``."""
-        if child_name is not None:
+        if child_name is None:
+            step = self._step
+            if step is not None:
+                step(record.key, record.value, record)
+                return
+            only_child = self._only_child
+            if only_child is not None:
+                only_child(record)
+                return
+        else:
             for child in self._node.children:
                 if child.name == child_name:
                     child.process(record)

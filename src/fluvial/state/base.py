@@ -12,7 +12,7 @@ and feeds them back through :meth:`StateStore.restore` to rebuild a store.
 from __future__ import annotations
 
 import struct
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
@@ -312,3 +312,20 @@ def from_timestamped_bytes(raw: bytes) -> tuple[bytes, int]:
     if len(raw) < 8:
         raise ValueError(f"timestamped value needs at least 8 bytes, got {len(raw)}")
     return raw[8:], _LONG.unpack_from(raw)[0]
+
+
+def own_abc_bookkeeping(*classes: type) -> None:
+    """Give store classes of the compiled engine their own ``isinstance`` caches.
+
+    A compiled class that derives from :class:`StateStore` is made without ``ABCMeta.__new__``,
+    so it has no ABC bookkeeping of its own and would use its base's: an ``isinstance`` check
+    against it (say, "is this store a cache?", false for a transactional store) would then be
+    cached as the *base's* answer, and ``isinstance(store, StateStore)`` turn false for good.
+    Each compiled store module calls this on its classes; classes that have their own (the
+    interpreted build's) keep them.
+    """
+    import _abc  # ABCMeta's C half: what ABCMeta.__new__ calls
+
+    for cls in classes:
+        if isinstance(cls, ABCMeta) and "_abc_impl" not in vars(cls):
+            _abc._abc_init(cls)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from mypy_extensions import trait
+
 from fluvial.state.base import (
     NO_TIME,
     ChangeListener,
@@ -27,6 +29,7 @@ from fluvial.state.base import (
     KeyValueStore,
     StateStore,
     WindowStore,
+    own_abc_bookkeeping,
 )
 
 CK = TypeVar("CK", bound=Hashable)
@@ -80,31 +83,32 @@ class _Entry:
     timestamp_ms: int
 
 
+@trait
 class _Cache(Generic[CK]):
-    """Entries, dirty order and budget accounting, common to both caching stores."""
+    """Entries, dirty order and budget accounting, common to the caching stores.
+
+    A trait (the compiled build's word for a mixin): each caching store is a store of its kind
+    first, and this second. Each store keeps its own indexes of the entries up to date through
+    :meth:`_before_put` and :meth:`_before_forget`.
+    """
 
     inner: Any
-
-    @property
-    def committed_offset(self) -> int | None:
-        # The offset belongs to the inner store: it is what the inner store's contents reflect.
-        return self.inner.committed_offset if "inner" in self.__dict__ else None
-
-    @committed_offset.setter
-    def committed_offset(self, offset: int | None) -> None:
-        if "inner" in self.__dict__:  # StateStore.__init__ sets it before inner exists
-            self.inner.committed_offset = offset
+    thread_cache: ThreadCache
+    _owner_id: int
+    _entries: dict[CK, _Entry]
+    _dirty: dict[CK, None]
+    _opened: bool
 
     def _setup(self, max_bytes: int, cache: ThreadCache | None) -> None:
         self.thread_cache = cache if cache is not None else ThreadCache(max_bytes)
         self._owner_id = self.thread_cache._register(self)
-        self._entries: dict[CK, _Entry] = {}
+        self._entries = {}
         # Keys in order of their latest dirtying write: flushes go downstream in that order.
-        self._dirty: dict[CK, None] = {}
+        self._dirty = {}
         # Opened and closed through this layer; a flag is cheaper than asking the inner store.
         self._opened = bool(self.inner.is_open)
 
-    def _check_open(self) -> None:
+    def _require_open(self) -> None:
         if not self._opened:
             raise RuntimeError(
                 f"state store {self.inner.name!r} is not open: call init(state_dir) before using it"
@@ -112,6 +116,7 @@ class _Cache(Generic[CK]):
 
     def _cache_put(self, key: CK, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
         entry = self._entries.get(key)
+        self._before_put(key, entry, value)
         cache = self.thread_cache
         slot = (self._owner_id, key)
         if dirty:
@@ -141,7 +146,10 @@ class _Cache(Generic[CK]):
         return entry
 
     def _forget(self, key: CK) -> None:
-        self._entries.pop(key, None)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._before_forget(key, entry)
+            del self._entries[key]
         self._dirty.pop(key, None)
         self.thread_cache._forget(self._owner_id, key)
 
@@ -175,9 +183,46 @@ class _Cache(Generic[CK]):
     def _size(self, key: CK, value: bytes | None) -> int:
         raise NotImplementedError
 
+    def _before_put(self, key: CK, entry: _Entry | None, value: bytes | None) -> None:
+        """``key`` is about to hold ``value``; ``entry`` is its entry now (``None``: new)."""
+        raise NotImplementedError
 
-class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
+    def _before_forget(self, key: CK, entry: _Entry) -> None:
+        """``key``'s entry is about to leave the cache."""
+        raise NotImplementedError
+
+
+def check_cache_open(cache: _Cache[Any]) -> None:
+    """A caching store's ``_check_open``: the flag its own lifecycle keeps."""
+    if not cache._opened:
+        cache._require_open()
+
+
+def cache_committed_offset(cache: _Cache[Any]) -> int | None:
+    """A caching store's ``committed_offset``: the inner store's, what its contents reflect."""
+    # StateStore.__init__ sets the offset before the store has its inner store.
+    return cache.inner.committed_offset if hasattr(cache, "inner") else None
+
+
+def set_cache_committed_offset(cache: _Cache[Any], offset: int | None) -> None:
+    """Set a caching store's ``committed_offset``: the inner store's (see above)."""
+    if hasattr(cache, "inner"):
+        cache.inner.committed_offset = offset
+
+
+class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
     """A record cache in front of a bytes key-value store."""
+
+    @property
+    def committed_offset(self) -> int | None:  # type: ignore[override]
+        return cache_committed_offset(self)
+
+    @committed_offset.setter
+    def committed_offset(self, offset: int | None) -> None:
+        set_cache_committed_offset(self, offset)
+
+    def _check_open(self) -> None:
+        check_cache_open(self)
 
     def __init__(
         self,
@@ -277,15 +322,12 @@ class CachingKeyValueStore(_Cache[bytes], KeyValueStore):
 
     # -- cache hooks -------------------------------------------------------------------------
 
-    def _cache_put(self, key: bytes, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
-        if key not in self._entries:
+    def _before_put(self, key: bytes, entry: _Entry | None, value: bytes | None) -> None:
+        if entry is None:
             bisect.insort(self._sorted, key)
-        super()._cache_put(key, value, dirty, timestamp_ms)
 
-    def _forget(self, key: bytes) -> None:
-        if key in self._entries:
-            del self._sorted[bisect.bisect_left(self._sorted, key)]
-        super()._forget(key)
+    def _before_forget(self, key: bytes, entry: _Entry) -> None:
+        del self._sorted[bisect.bisect_left(self._sorted, key)]
 
     def _size(self, key: bytes, value: bytes | None) -> int:
         return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
@@ -327,8 +369,19 @@ def _merge(
         next_cached = next(pending, None)
 
 
-class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
+class CachingWindowStore(WindowStore, _Cache[tuple[bytes, int]]):
     """A record cache in front of a bytes window store (not for duplicate-keeping stores)."""
+
+    @property
+    def committed_offset(self) -> int | None:  # type: ignore[override]
+        return cache_committed_offset(self)
+
+    @committed_offset.setter
+    def committed_offset(self, offset: int | None) -> None:
+        set_cache_committed_offset(self, offset)
+
+    def _check_open(self) -> None:
+        check_cache_open(self)
 
     def __init__(
         self,
@@ -460,10 +513,10 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
         count: int = getattr(self.inner, "approximate_num_entries", lambda: 0)()
         return count + len(self._dirty)
 
-    def _cache_put(
-        self, key: tuple[bytes, int], value: bytes | None, dirty: bool, timestamp_ms: int
+    def _before_put(
+        self, key: tuple[bytes, int], entry: _Entry | None, value: bytes | None
     ) -> None:
-        if key not in self._entries:
+        if entry is None:
             record_key, start = key
             bisect.insort(self._starts_by_key.setdefault(record_key, []), start)
             keys = self._keys_by_start.get(start)
@@ -471,21 +524,18 @@ class CachingWindowStore(_Cache[tuple[bytes, int]], WindowStore):
                 keys = self._keys_by_start[start] = set()
                 bisect.insort(self._starts, start)
             keys.add(record_key)
-        super()._cache_put(key, value, dirty, timestamp_ms)
 
-    def _forget(self, key: tuple[bytes, int]) -> None:
-        if key in self._entries:
-            record_key, start = key
-            starts = self._starts_by_key[record_key]
-            del starts[bisect.bisect_left(starts, start)]
-            if not starts:
-                del self._starts_by_key[record_key]
-            keys = self._keys_by_start[start]
-            keys.discard(record_key)
-            if not keys:
-                del self._keys_by_start[start]
-                del self._starts[bisect.bisect_left(self._starts, start)]
-        super()._forget(key)
+    def _before_forget(self, key: tuple[bytes, int], entry: _Entry) -> None:
+        record_key, start = key
+        starts = self._starts_by_key[record_key]
+        del starts[bisect.bisect_left(starts, start)]
+        if not starts:
+            del self._starts_by_key[record_key]
+        keys = self._keys_by_start[start]
+        keys.discard(record_key)
+        if not keys:
+            del self._keys_by_start[start]
+            del self._starts[bisect.bisect_left(self._starts, start)]
 
     def _size(self, key: tuple[bytes, int], value: bytes | None) -> int:
         return len(key[0]) + 8 + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
@@ -514,8 +564,13 @@ def discard_caches(store: StateStore) -> None:
 
     For a dirty close: cached results of an abandoned transaction must go nowhere.
     """
+    from fluvial.state.caching_session import CachingSessionStore  # it imports this module
+
     node: Any = store
     while node is not None:
-        if isinstance(node, _Cache):
+        if isinstance(node, CachingKeyValueStore | CachingWindowStore | CachingSessionStore):
             node.discard()
         node = getattr(node, "inner", None)
+
+
+own_abc_bookkeeping(CachingKeyValueStore, CachingWindowStore)

@@ -12,8 +12,16 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from fluvial.state.base import ChangeListener, ChangelogRecord
-from fluvial.state.caching import ENTRY_OVERHEAD, ThreadCache, _Cache
+from fluvial.state.base import ChangeListener, ChangelogRecord, own_abc_bookkeeping
+from fluvial.state.caching import (
+    ENTRY_OVERHEAD,
+    ThreadCache,
+    _Cache,
+    _Entry,
+    cache_committed_offset,
+    check_cache_open,
+    set_cache_committed_offset,
+)
 from fluvial.state.session import SessionEntry, SessionStore
 
 #: (key, session start, session end, new value, old value, timestamp_ms)
@@ -23,8 +31,19 @@ SessionFlushListener = Callable[[bytes, int, int, bytes | None, bytes | None, in
 _Slot = tuple[bytes, int, int]
 
 
-class CachingSessionStore(_Cache[_Slot], SessionStore):
+class CachingSessionStore(SessionStore, _Cache[_Slot]):
     """A record cache in front of a bytes session store."""
+
+    @property
+    def committed_offset(self) -> int | None:  # type: ignore[override]
+        return cache_committed_offset(self)
+
+    @committed_offset.setter
+    def committed_offset(self, offset: int | None) -> None:
+        set_cache_committed_offset(self, offset)
+
+    def _check_open(self) -> None:
+        check_cache_open(self)
 
     def __init__(
         self,
@@ -169,20 +188,16 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
 
     # -- cache hooks -------------------------------------------------------------------------
 
-    def _cache_put(self, key: _Slot, value: bytes | None, dirty: bool, timestamp_ms: int) -> None:
-        entry = self._entries.get(key)
+    def _before_put(self, key: _Slot, entry: _Entry | None, value: bytes | None) -> None:
         was_live = entry is not None and entry.value is not None
         if value is not None and not was_live:
             self._index(key)
         elif value is None and was_live:
             self._unindex(key)
-        super()._cache_put(key, value, dirty, timestamp_ms)
 
-    def _forget(self, key: _Slot) -> None:
-        entry = self._entries.get(key)
-        if entry is not None and entry.value is not None:
+    def _before_forget(self, key: _Slot, entry: _Entry) -> None:
+        if entry.value is not None:
             self._unindex(key)
-        super()._forget(key)
 
     def _index(self, key: _Slot) -> None:
         record_key, end, start = key
@@ -216,3 +231,6 @@ class CachingSessionStore(_Cache[_Slot], SessionStore):
             self.inner.put(record_key, start, end, entry.value, entry.timestamp_ms)
         if self._flush_listener is not None and (entry.value is not None or old is not None):
             self._flush_listener(record_key, start, end, entry.value, old, entry.timestamp_ms)
+
+
+own_abc_bookkeeping(CachingSessionStore)

@@ -17,6 +17,7 @@ from fluvial.state.base import (
     KeyValueStore,
     StateStore,
     from_timestamped_bytes,
+    own_abc_bookkeeping,
     to_timestamped_bytes,
     with_timestamps,
 )
@@ -46,7 +47,8 @@ class TimestampedKeyValueStore(StateStore):
     @committed_offset.setter
     def committed_offset(self, offset: int | None) -> None:
         # StateStore.__init__ assigns this before self.inner exists; nothing to forward then.
-        if "inner" in self.__dict__:
+        # (hasattr, not __dict__: the compiled class keeps its attributes in slots.)
+        if hasattr(self, "inner"):
             self.inner.committed_offset = offset
 
     @property
@@ -142,3 +144,6 @@ class TimestampedKeyValueStore(StateStore):
             return
         value = None if record.value is None else from_timestamped_bytes(record.value)[0]
         self._listener(ChangelogRecord(record.key, value, record.timestamp_ms))
+
+
+own_abc_bookkeeping(TimestampedKeyValueStore)
