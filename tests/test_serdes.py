@@ -295,6 +295,8 @@ def test_json_serde_writes_the_standard_librarys_bytes_for_varied_values(seed):
         1e-05, 4.4e-05, 1.5e-07, 9.999e-10, 1e-4, 1e16, 1.2345678901234568e20, -0.0, math.nan,
         math.inf, -math.inf, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30,
         {"b": [1.5, {"d": None, "c": "é"}], "a": True}, {"k": 1e-06}, [0.00001234],
+        # Deeper than the serde looks for floats: the bytes are searched instead.
+        [[[[[{"a": 1e-05, "b": 1}]]]]], [[[[[{"a": math.nan}]]]]], (1, [2, {"c": 1e-07}]),
     ],
 )  # fmt: skip
 def test_json_serde_bytes_at_the_edges_of_number_formatting(value):
@@ -307,6 +309,11 @@ def test_json_serde_bytes_at_the_edges_of_number_formatting(value):
         b'{"a":18446744073709551616}', b"-9223372036854775809", b"9223372036854775807",
         b"1e400", b"NaN", b"-Infinity", b'"\\ud800"', b'{"a":1,"a":2}', b'  {"a" : 1 } ',
         b"-0.0", b"1E5", b"0.1000000000000000055511151231257827",
+        # Many 13-digit timestamps: the digits are no clue; only a run of 19 sends the document
+        # to the standard library.
+        b'{"t":[' + b",".join([b"1796306459393"] * 8) + b'],"n":123456789012345678901}',
+        b'{"t":[' + b",".join([b"1796306459393"] * 8) + b'],"n":-1234567890123456789.5}',
+        b'{"t":[' + b",".join([b"1796306459393"] * 8) + b'],"s":"12345678901234567890"}',
     ],
 )  # fmt: skip
 def test_json_serde_reads_what_the_standard_library_reads(data):

@@ -301,10 +301,12 @@ _ORJSON_OPTIONS = (
 )
 _MAYBE_DIFFERENT = re.compile(rb"null|0\.0000|e-[0-9](?![0-9])").search
 # orjson reads integers beyond 64 bits as floats, the standard library as ints: numbers of 19
-# digits or more are read by the standard library. Counting digits (one C call) rules most
-# documents out before the search.
+# digits or more are read by the standard library. With every digit turned into "0" (one C pass),
+# such a number is a run of 19 zeros, found by a substring search: a regular expression's search
+# cost several times orjson's whole parse on documents full of timestamps.
 _LONG_NUMBER = re.compile(rb"[0-9]{19}").search
-_DIGITS = b"0123456789"
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_ZEROS = b"0" * 19
 _orjson_dumps = orjson.dumps
 _orjson_loads = orjson.loads
 _OrjsonEncodeError = orjson.JSONEncodeError
@@ -319,6 +321,30 @@ def _stdlib_json_bytes(obj: Any) -> bytes:
 
 # Values of these exact types hold no float, so orjson's bytes for them need no search.
 _FLOAT_FREE = frozenset({str, int, bool, type(None)})
+#: How deep :func:`_holds_no_float` looks into lists and dicts before it leaves the answer to
+#: the search of the bytes.
+_FLOAT_FREE_DEPTH = 4
+
+
+def _holds_no_float(obj: Any, depth: int) -> bool:
+    """Whether ``obj`` is made of str, int, bool and None in dicts, lists and tuples (at most
+    ``depth`` levels deep): then orjson's bytes are the standard library's, with no search."""
+    kind = type(obj)
+    if kind in _FLOAT_FREE:
+        return True
+    if depth == 0:
+        return False
+    if kind is dict:
+        for value in obj.values():
+            if type(value) not in _FLOAT_FREE and not _holds_no_float(value, depth - 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in obj:
+            if type(item) not in _FLOAT_FREE and not _holds_no_float(item, depth - 1):
+                return False
+        return True
+    return False
 
 
 class _JsonSerde(Serde[Any]):
@@ -334,13 +360,8 @@ class _JsonSerde(Serde[Any]):
         except _OrjsonEncodeError:
             pass
         else:
-            kind = type(obj)
-            # The common cases, a scalar or a flat dict of scalars, hold no float: no search.
-            if (
-                kind in _FLOAT_FREE
-                or (kind is dict and _FLOAT_FREE.issuperset(map(type, obj.values())))
-                or _MAYBE_DIFFERENT(data) is None
-            ):
+            # The common cases, scalars and containers of them without floats: no search.
+            if _holds_no_float(obj, _FLOAT_FREE_DEPTH) or _MAYBE_DIFFERENT(data) is None:
                 return data
         try:
             return _stdlib_json_bytes(obj)
@@ -351,10 +372,10 @@ class _JsonSerde(Serde[Any]):
         if data is None:
             return None
         try:
-            if (
-                len(data) < 19
-                or (type(data) is bytes and len(data) - len(data.translate(None, _DIGITS)) < 19)
-                or _LONG_NUMBER(data) is None
+            if len(data) < 19 or (
+                _NINETEEN_ZEROS not in data.translate(_DIGITS_AS_ZERO)
+                if type(data) is bytes
+                else _LONG_NUMBER(data) is None
             ):
                 try:
                     return _orjson_loads(data)
