@@ -76,6 +76,10 @@ class Window:
             return NotImplemented
         return (self._start_ms, self._end_ms) >= (other._start_ms, other._end_ms)
 
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        # Pickled by its constructor's arguments: the compiled class has no other way back.
+        return Window, (self._start_ms, self._end_ms)
+
     def __repr__(self) -> str:
         return f"Window(start_ms={self._start_ms!r}, end_ms={self._end_ms!r})"
 
@@ -97,6 +101,9 @@ class Windowed(Generic[K]):
 
     def __hash__(self) -> int:
         return hash((self.key, self.window))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, Window]]:
+        return Windowed, (self.key, self.window)
 
     def __repr__(self) -> str:
         return f"Windowed(key={self.key!r}, window={self.window!r})"
@@ -142,6 +149,10 @@ class Record(Generic[K, V]):
             other.key, other.value, other.timestamp_ms, other.headers, other.topic,
             other.partition, other.offset,
         )  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Record, (self.key, self.value, self.timestamp_ms, self.headers, self.topic,
+                        self.partition, self.offset)  # fmt: skip
 
     def __repr__(self) -> str:
         return (

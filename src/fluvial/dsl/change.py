@@ -49,6 +49,10 @@ class Change(Generic[V]):
     def __hash__(self) -> int:
         return hash((self._new_value, self._old_value))
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, Any]]:
+        # Pickled by its constructor's arguments: the compiled class has no other way back.
+        return Change, (self._new_value, self._old_value)
+
     def __repr__(self) -> str:
         return f"Change(new_value={self._new_value!r}, old_value={self._old_value!r})"
 
