@@ -476,7 +476,12 @@ def _write_transaction(
         # abort it anyway, but only after waiting for it.
         _abort_quietly(producer)
         overran = elapsed_ms >= spec.transaction_timeout_ms * 0.9
-        if isinstance(exc, KafkaException | SinkError) and overran:
+        # A fatal error (this producer fenced) can surface from flush as a SystemError caused
+        # by the KafkaException, when confluent-kafka runs a log callback with it still set.
+        from_kafka = isinstance(exc, KafkaException | SinkError) or isinstance(
+            exc.__cause__, KafkaException
+        )
+        if from_kafka and overran:
             raise SinkError(
                 f"sink {spec.sink_id!r}: batch {batch_id} partition {index} kept its transaction "
                 f"open for {elapsed_ms:.0f} ms, past transaction_timeout_ms="
