@@ -263,9 +263,10 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
         return start_local(bootstrap_servers, app_id, source, out, tmp_path / app_id,
                            {"FLUVIAL_TEST_PAUSE_MS": str(pause_ms)})  # fmt: skip
 
-    # 3 ms per record: the backlog takes at least 9 s (3,000 records per partition, a worker
-    # each), and its first committed results come long before.
-    first = start(pause_ms=3)
+    # 6 ms per record: the backlog takes at least 18 s (3,000 records per partition, a worker
+    # each), and its first committed results come long before. (With 3 ms, once in a loaded
+    # suite, the first result on partition 0 was seen only after the backlog was done.)
+    first = start(pause_ms=6)
     try:
         wait_until(lambda: read_topic(bootstrap_servers, f"{out}-windows", partition=0)
                    or first.proc.poll() is not None, 240, "the first committed results")  # fmt: skip
