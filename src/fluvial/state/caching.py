@@ -109,6 +109,7 @@ class _Cache(Generic[CK]):
         self._opened = bool(self.inner.is_open)
 
     def _require_open(self) -> None:
+        """A caching store's ``_check_open``: the flag its own lifecycle keeps."""
         if not self._opened:
             raise RuntimeError(
                 f"state store {self.inner.name!r} is not open: call init(state_dir) before using it"
@@ -192,12 +193,6 @@ class _Cache(Generic[CK]):
         raise NotImplementedError
 
 
-def check_cache_open(cache: _Cache[Any]) -> None:
-    """A caching store's ``_check_open``: the flag its own lifecycle keeps."""
-    if not cache._opened:
-        cache._require_open()
-
-
 def cache_committed_offset(cache: _Cache[Any]) -> int | None:
     """A caching store's ``committed_offset``: the inner store's, what its contents reflect."""
     # StateStore.__init__ sets the offset before the store has its inner store.
@@ -222,7 +217,7 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
         set_cache_committed_offset(self, offset)
 
     def _check_open(self) -> None:
-        check_cache_open(self)
+        self._require_open()
 
     def __init__(
         self,
@@ -381,7 +376,7 @@ class CachingWindowStore(WindowStore, _Cache[tuple[bytes, int]]):
         set_cache_committed_offset(self, offset)
 
     def _check_open(self) -> None:
-        check_cache_open(self)
+        self._require_open()
 
     def __init__(
         self,

@@ -19,7 +19,6 @@ from fluvial.state.caching import (
     _Cache,
     _Entry,
     cache_committed_offset,
-    check_cache_open,
     set_cache_committed_offset,
 )
 from fluvial.state.session import SessionEntry, SessionStore
@@ -43,7 +42,7 @@ class CachingSessionStore(SessionStore, _Cache[_Slot]):
         set_cache_committed_offset(self, offset)
 
     def _check_open(self) -> None:
-        check_cache_open(self)
+        self._require_open()
 
     def __init__(
         self,
