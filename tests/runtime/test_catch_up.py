@@ -26,7 +26,7 @@ from fluvial.processor.completeness import WRITER_HEADER
 from fluvial.runtime.reset import reset_application
 from tests.event_times import event_time_base_ms
 from tests.runtime.apps import catch_up as app
-from tests.runtime.harness import SparkRunner, flush, read_topic, wait_until
+from tests.runtime.harness import SparkRunner, committed_offset, flush, read_topic, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -264,15 +264,21 @@ def test_a_backlog_killed_midway_and_restarted_gives_the_same_results(
                            {"FLUVIAL_TEST_PAUSE_MS": str(pause_ms)})  # fmt: skip
 
     # 6 ms per record: the backlog takes at least 18 s (3,000 records per partition, a worker
-    # each), and its first committed results come long before. (With 3 ms, once in a loaded
-    # suite, the first result on partition 0 was seen only after the backlog was done.)
+    # each), and its first committed results come long before.
     first = start(pause_ms=6)
     try:
         wait_until(lambda: read_topic(bootstrap_servers, f"{out}-windows", partition=0)
                    or first.proc.poll() is not None, 240, "the first committed results")  # fmt: skip
+        taken = [committed_offset(bootstrap_servers, app_id, source, p) for p in range(PARTITIONS)]
     finally:
         first.kill9()
     assert first.proc.returncode == -9, first.output()[-3000:]
+    # The downstream tasks' results come while the upstream tasks still work through the
+    # backlog: their repartition records are not queued behind the rest of the input.
+    assert sum(taken) < len(rows), (
+        f"the first results came only after the whole backlog was taken ({taken} of "
+        f"{len(rows) // PARTITIONS} per partition)\n{first.output()[-3000:]}"
+    )
     at_kill = final_results(bootstrap_servers, out)
     assert not complete(at_kill, expected), "the backlog was done before the kill: add input"
 

@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 PROCESS_BATCH = 500
+# At most this many records move from librdkafka's queue to the tasks' queues per loop (the
+# partitions' pause thresholds bound them further: see run_once and Backpressure).
+MAX_DRAINED = 20_000
 
 
 class Worker:
@@ -426,6 +429,38 @@ class Worker:
         assert self._consumer is not None
         buffered = any(t.has_ready_records() for t in self.tasks.values())
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
+        self._take(messages)
+        # librdkafka queues every partition's records in one queue, in the order they were
+        # fetched: behind a backlog of one topic, another topic's new records (a repartition
+        # topic's, written by this application's own upstream tasks) would wait until the
+        # whole backlog before them was processed, a batch per loop. So what is queued moves
+        # on into the tasks' queues, one per partition, and a partition whose queue is full is
+        # paused, which drops its records from librdkafka's queue (fetched again on resume).
+        taken = len(messages)
+        while len(messages) == PROCESS_BATCH and taken < MAX_DRAINED:
+            messages = self._consumer.consume(PROCESS_BATCH, 0.0)
+            self._take(messages)
+            taken += len(messages)
+        self._backpressure.apply(self._consumer, self._task_by_tp)
+        progress = self._progress
+        if progress is not None:
+            progress.read_ends()  # after the records: see InputEnds
+        if self.global_tables is not None:
+            self.global_tables.poll(0.0)
+        self._process()
+        if (
+            progress is not None
+            and self._collector is not None
+            and progress.send(self.tasks.values(), self._collector)
+        ):
+            self._dirty = True
+        if self.standbys is not None:
+            self.metrics.standby_applied += self.standbys.poll()
+        if self._commit_due():
+            self.commit()
+
+    def _take(self, messages: list) -> None:
+        """Hand one batch from the consumer to the tasks, partition by partition."""
         # Grouped by partition, so each task gets its records in one call, in offset order.
         batches, at_end = group_by_partition(messages, self._task_by_tp)
         for (topic, partition), batch in batches.items():
@@ -445,21 +480,6 @@ class Worker:
                 progress.reached_end((topic, partition), end)
             if any(tp[0] in self._repartition_topics for tp in batches):
                 self._dirty = True  # progress records alone move the offsets to commit
-            progress.read_ends()  # after the records: see InputEnds
-        if self.global_tables is not None:
-            self.global_tables.poll(0.0)
-        self._process()
-        if (
-            progress is not None
-            and self._collector is not None
-            and progress.send(self.tasks.values(), self._collector)
-        ):
-            self._dirty = True
-        if self.standbys is not None:
-            self.metrics.standby_applied += self.standbys.poll()
-        self._backpressure.apply(self._consumer, self._task_by_tp)
-        if self._commit_due():
-            self.commit()
 
     def _process(self) -> None:
         now_ms = int(time.time() * 1000)
