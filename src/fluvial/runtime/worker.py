@@ -70,9 +70,8 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 PROCESS_BATCH = 500
-# At most this many records move from librdkafka's queue to the tasks' queues per loop (the
-# partitions' pause thresholds bound them further: see run_once and Backpressure).
-MAX_DRAINED = 20_000
+# A loop's processing should take at most half the commit interval, within these bounds (ms).
+LOOP_BUDGET_MS = (50, 500)
 
 
 class Worker:
@@ -116,6 +115,8 @@ class Worker:
         self.task_states: dict[TaskId, TaskState] = {}
         self._task_by_tp: dict[tuple[str, int], StreamTask] = {}
         self._backpressure = Backpressure()
+        #: Records each task may process per loop (see _process).
+        self._per_loop = PROCESS_BATCH
         self._producer: Producer | None = None
         self._calls = ClientCalls(slot, config, self.unauthorized)
         self._consumer: Consumer | None = None
@@ -429,38 +430,6 @@ class Worker:
         assert self._consumer is not None
         buffered = any(t.has_ready_records() for t in self.tasks.values())
         messages = self._consumer.consume(PROCESS_BATCH, 0.0 if buffered else 0.05)
-        self._take(messages)
-        # librdkafka queues every partition's records in one queue, in the order they were
-        # fetched: behind a backlog of one topic, another topic's new records (a repartition
-        # topic's, written by this application's own upstream tasks) would wait until the
-        # whole backlog before them was processed, a batch per loop. So what is queued moves
-        # on into the tasks' queues, one per partition, and a partition whose queue is full is
-        # paused, which drops its records from librdkafka's queue (fetched again on resume).
-        taken = len(messages)
-        while len(messages) == PROCESS_BATCH and taken < MAX_DRAINED:
-            messages = self._consumer.consume(PROCESS_BATCH, 0.0)
-            self._take(messages)
-            taken += len(messages)
-        self._backpressure.apply(self._consumer, self._task_by_tp)
-        progress = self._progress
-        if progress is not None:
-            progress.read_ends()  # after the records: see InputEnds
-        if self.global_tables is not None:
-            self.global_tables.poll(0.0)
-        self._process()
-        if (
-            progress is not None
-            and self._collector is not None
-            and progress.send(self.tasks.values(), self._collector)
-        ):
-            self._dirty = True
-        if self.standbys is not None:
-            self.metrics.standby_applied += self.standbys.poll()
-        if self._commit_due():
-            self.commit()
-
-    def _take(self, messages: list) -> None:
-        """Hand one batch from the consumer to the tasks, partition by partition."""
         # Grouped by partition, so each task gets its records in one call, in offset order.
         batches, at_end = group_by_partition(messages, self._task_by_tp)
         for (topic, partition), batch in batches.items():
@@ -480,12 +449,28 @@ class Worker:
                 progress.reached_end((topic, partition), end)
             if any(tp[0] in self._repartition_topics for tp in batches):
                 self._dirty = True  # progress records alone move the offsets to commit
+            progress.read_ends()  # after the records: see InputEnds
+        if self.global_tables is not None:
+            self.global_tables.poll(0.0)
+        self._process()
+        if (
+            progress is not None
+            and self._collector is not None
+            and progress.send(self.tasks.values(), self._collector)
+        ):
+            self._dirty = True
+        if self.standbys is not None:
+            self.metrics.standby_applied += self.standbys.poll()
+        self._backpressure.apply(self._consumer, self._task_by_tp)
+        if self._commit_due():
+            self.commit()
 
     def _process(self) -> None:
+        started = time.monotonic()
         now_ms = int(time.time() * 1000)
         for task in self.tasks.values():
             # Each record with the stream-time punctuations it makes due (see process_batch).
-            processed = task.process_batch(PROCESS_BATCH, now_ms)
+            processed = task.process_batch(self._per_loop, now_ms)
             if processed:
                 self._dirty = True
                 self.metrics.records_processed += processed
@@ -494,6 +479,22 @@ class Worker:
         assert self._collector is not None
         self.metrics.records_out = self._records_out_base + self._collector.records_out
         self.metrics.unproduced_records = self._unproduced_base + self._collector.skipped_errors
+        self._adapt_per_loop((time.monotonic() - started) * 1000)
+
+    def _adapt_per_loop(self, elapsed_ms: float) -> None:
+        """Fewer records per task and loop while a loop's processing overruns its budget (half
+        the commit interval), more again once it takes under a quarter of it, as Kafka Streams'
+        thread adapts its iterations. With slow user functions a loop of 500 records per task
+        could take seconds: commits and wall-clock punctuations would come that late, and the
+        consumer would be polled that seldom. Fetched records wait in librdkafka's queue in
+        fetch order, one queue for all partitions, so a repartition topic's records behind an
+        input backlog are reached only as fast as the loop polls."""
+        low, high = LOOP_BUDGET_MS
+        budget_ms = min(max(int(self.config.commit_interval_ms) / 2, low), high)
+        if elapsed_ms > budget_ms:
+            self._per_loop = max(1, self._per_loop // 2)
+        elif elapsed_ms < budget_ms / 4 and self._per_loop < PROCESS_BATCH:
+            self._per_loop = min(PROCESS_BATCH, self._per_loop * 2)
 
     def _commit_due(self) -> bool:
         elapsed_ms = (time.monotonic() - self._last_commit) * 1000
