@@ -60,6 +60,8 @@ MODULES = (
     "fluvial.state.timestamped",
     "fluvial.state.caching",
     "fluvial.state.caching_session",
+    "fluvial.state.transactional",
+    "fluvial.state.transactional_windowed",
     "fluvial.partitioner",
     "fluvial.runtime.intake",
     "fluvial.runtime.collector",

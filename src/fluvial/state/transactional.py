@@ -45,6 +45,7 @@ from fluvial.state.base import (
     ChangelogRecord,
     KeyValueStore,
     new_tuple,
+    own_abc_bookkeeping,
 )
 from fluvial.state.caching import ENTRY_OVERHEAD, _merge
 from fluvial.state.versioned import Version, VersionedKeyValueStore
@@ -151,11 +152,12 @@ class TransactionalStore:
 
     @property
     def committed_offset(self) -> int | None:
-        return self.inner.committed_offset if "inner" in self.__dict__ else None
+        # (hasattr, not __dict__: the compiled class keeps its attributes in slots.)
+        return self.inner.committed_offset if hasattr(self, "inner") else None
 
     @committed_offset.setter
     def committed_offset(self, offset: int | None) -> None:
-        if "inner" not in self.__dict__:  # StateStore.__init__ sets it before inner exists
+        if not hasattr(self, "inner"):  # StateStore.__init__ sets it before inner exists
             return
         if self._pending:
             # Recording an offset beyond data the store does not hold yet would make a restart
@@ -392,3 +394,6 @@ class TransactionalVersionedKeyValueStore(TransactionalStore, VersionedKeyValueS
         self.observed_stream_time = (
             max(self.observed_stream_time, inner_time) if committed else inner_time
         )
+
+
+own_abc_bookkeeping(TransactionalKeyValueStore, TransactionalVersionedKeyValueStore)

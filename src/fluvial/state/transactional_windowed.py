@@ -17,6 +17,7 @@ from fluvial.state.base import (
     ChangelogRecord,
     WindowStore,
     new_tuple,
+    own_abc_bookkeeping,
 )
 from fluvial.state.session import SessionEntry, SessionStore, session_store_key
 from fluvial.state.transactional import DEFAULT_MAX_UNCOMMITTED_BYTES, TransactionalStore
@@ -236,3 +237,6 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
         self.observed_stream_time = (
             max(self.observed_stream_time, inner_time) if committed else inner_time
         )
+
+
+own_abc_bookkeeping(TransactionalWindowStore, TransactionalSessionStore)
