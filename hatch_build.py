@@ -173,9 +173,13 @@ class CompiledEngineHook(BuildHookInterface):  # type: ignore[type-arg]
             shutil.rmtree(kept, ignore_errors=True)
 
     def _remove_in_place(self, compiled: Any) -> None:
-        """An editable install's earlier build: gone before a new one (or none) is made."""
+        """An editable install's earlier build: gone before a new one (or none) is made.
+
+        Every extension in the package goes, not only those of the modules compiled now: the
+        extension of a module no longer in ``MODULES`` would still win over its ``.py`` at
+        import, and fail there, as the group library it calls into has no such module."""
         suffix = _extension_suffix()
-        for module in [*compiled.MODULES, compiled.GROUP_LIBRARY]:
-            path = SRC.joinpath(*module.split(".")).with_name(module.split(".")[-1] + suffix)
-            path.unlink(missing_ok=True)
+        for path in PACKAGE.rglob(f"*{suffix}"):
+            path.unlink()
+        SRC.joinpath(compiled.GROUP_LIBRARY + suffix).unlink(missing_ok=True)
         (PACKAGE / "_engine_build.py").unlink(missing_ok=True)
