@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from fluvial.state import (
@@ -123,6 +125,31 @@ def test_reads_see_cached_values(make_kv):
     if not inner.persistent:  # RocksDB only estimates
         assert cache.approximate_num_entries() == 4
     assert inner.get(b"b") == b"stored-b", "the inner store is untouched until flush"
+
+
+def test_ranges_between_writes_evictions_and_flushes_match_a_plain_dict(make_kv):
+    """Ranges see exactly the live keys, in byte order, whatever happened to the cache's keys
+    since the last range: new keys, tombstones, evictions (a small budget) and flushes."""
+    rng = random.Random(11)
+    cache = CachingKeyValueStore(make_kv(), max_bytes=40 * entry_size(b"k000", b"v0000"))
+    model: dict[bytes, bytes] = {}
+    for step in range(4000):
+        key = f"k{rng.randrange(200):03d}".encode()
+        roll = rng.random()
+        if roll < 0.55:
+            value = f"v{step:04d}".encode()
+            cache.put(key, value)
+            model[key] = value
+        elif roll < 0.7:
+            cache.put(key, None)
+            model.pop(key, None)
+        elif roll < 0.75:
+            cache.flush()
+        else:
+            lo, hi = sorted(f"k{rng.randrange(200):03d}".encode() for _ in range(2))
+            expected = sorted((k, v) for k, v in model.items() if lo <= k <= hi)
+            assert list(cache.range(lo, hi)) == expected, f"step {step}"
+    assert list(cache.range(None, None)) == sorted(model.items())
 
 
 def test_eviction_over_max_bytes_flushes_the_least_recently_used(make_kv):

@@ -230,7 +230,10 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
         self.inner = inner
         self._flush_listener = flush_listener
         self._setup(max_bytes, cache)
-        self._sorted: list[bytes] = []  # cached keys in byte order, for range merges
+        # Cached keys in byte order as of the last range, and the keys cached since (sorted in
+        # at the next range: an insort per new key moved the whole list each time).
+        self._sorted: list[bytes] = []
+        self._unsorted: set[bytes] = set()
         self._send_old_values = True
 
     def set_flush_listener(
@@ -302,6 +305,10 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
+        if self._unsorted:
+            self._sorted += self._unsorted
+            self._sorted.sort()  # a sorted run and a new tail: about linear
+            self._unsorted.clear()
         lo = 0 if from_key is None else bisect.bisect_left(self._sorted, from_key)
         hi = len(self._sorted) if to_key is None else bisect.bisect_right(self._sorted, to_key)
         cached = [(k, self._entries[k].value) for k in self._sorted[lo:hi]]
@@ -319,10 +326,13 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
 
     def _before_put(self, key: bytes, entry: _Entry | None, value: bytes | None) -> None:
         if entry is None:
-            bisect.insort(self._sorted, key)
+            self._unsorted.add(key)
 
     def _before_forget(self, key: bytes, entry: _Entry) -> None:
-        del self._sorted[bisect.bisect_left(self._sorted, key)]
+        if key in self._unsorted:
+            self._unsorted.discard(key)
+        else:
+            del self._sorted[bisect.bisect_left(self._sorted, key)]
 
     def _size(self, key: bytes, value: bytes | None) -> int:
         return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD

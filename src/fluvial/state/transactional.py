@@ -280,7 +280,10 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
         self, inner: KeyValueStore, max_uncommitted_bytes: int = DEFAULT_MAX_UNCOMMITTED_BYTES
     ) -> None:
         KeyValueStore.__init__(self, inner.name, inner.persistent)
-        self._sorted: list[bytes] = []  # buffered keys in byte order, for range merges
+        # Buffered keys in byte order as of the last range, and the keys buffered since (sorted
+        # in at the next range: an insort per new key moved the whole list each time).
+        self._sorted: list[bytes] = []
+        self._unsorted: list[bytes] = []
         self._setup(inner, max_uncommitted_bytes)
 
     def get(self, key: bytes) -> bytes | None:
@@ -295,7 +298,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
         self._check_open()
         key = bytes(key)
         if key not in self._pending:
-            bisect.insort(self._sorted, key)
+            self._unsorted.append(key)
         stored = None if value is None else bytes(value)
         # One record, buffered and logged: the changelog carries exactly what commit applies.
         record: ChangelogRecord = new_tuple(ChangelogRecord, (key, stored, timestamp_ms))
@@ -304,6 +307,10 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
+        if self._unsorted:
+            self._sorted += self._unsorted
+            self._sorted.sort()  # a sorted run and a new tail: about linear
+            self._unsorted.clear()
         lo = 0 if from_key is None else bisect.bisect_left(self._sorted, from_key)
         hi = len(self._sorted) if to_key is None else bisect.bisect_right(self._sorted, to_key)
         # A snapshot of the buffer: writes during iteration do not disturb it.
@@ -318,6 +325,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
 
     def _clear_overlay(self) -> None:
         self._sorted.clear()
+        self._unsorted.clear()
 
 
 class TransactionalVersionedKeyValueStore(TransactionalStore, VersionedKeyValueStore):
