@@ -306,9 +306,7 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
         if self._unsorted:
-            self._sorted += self._unsorted
-            self._sorted.sort()  # a sorted run and a new tail: about linear
-            self._unsorted.clear()
+            _sort_in(self._sorted, self._unsorted)
         lo = 0 if from_key is None else bisect.bisect_left(self._sorted, from_key)
         hi = len(self._sorted) if to_key is None else bisect.bisect_right(self._sorted, to_key)
         cached = [(k, self._entries[k].value) for k in self._sorted[lo:hi]]
@@ -349,6 +347,14 @@ class CachingKeyValueStore(KeyValueStore, _Cache[bytes]):
         self.inner.put(key, new, entry.timestamp_ms)
         if listener is not None and (new is not None or old is not None):
             listener(key, new, old if send_old else None, entry.timestamp_ms)
+
+
+def _sort_in(sorted_keys: list[bytes], new_keys: list[bytes] | set[bytes]) -> None:
+    """Move ``new_keys`` into the byte-ordered ``sorted_keys`` (a sorted run and a new tail:
+    about linear) and empty ``new_keys``."""
+    sorted_keys += new_keys
+    sorted_keys.sort()
+    new_keys.clear()
 
 
 def _merge(

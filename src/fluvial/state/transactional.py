@@ -47,7 +47,7 @@ from fluvial.state.base import (
     new_tuple,
     own_abc_bookkeeping,
 )
-from fluvial.state.caching import ENTRY_OVERHEAD, _merge
+from fluvial.state.caching import ENTRY_OVERHEAD, _merge, _sort_in
 from fluvial.state.versioned import Version, VersionedKeyValueStore
 
 #: The default bound of one store's uncommitted writes (KIP-892 proposes the same 64 MiB).
@@ -308,9 +308,7 @@ class TransactionalKeyValueStore(TransactionalStore, KeyValueStore):
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
         if self._unsorted:
-            self._sorted += self._unsorted
-            self._sorted.sort()  # a sorted run and a new tail: about linear
-            self._unsorted.clear()
+            _sort_in(self._sorted, self._unsorted)
         lo = 0 if from_key is None else bisect.bisect_left(self._sorted, from_key)
         hi = len(self._sorted) if to_key is None else bisect.bisect_right(self._sorted, to_key)
         # A snapshot of the buffer: writes during iteration do not disturb it.
