@@ -88,7 +88,7 @@ class StoreStack:
 
     def committed(self, changelog_offset: int | None) -> None:
         """The Kafka commit holding this store's changelog records succeeded: make the local
-        store match it. A transactional layer writes its buffer and the offset in one synced
+        store match it. A transactional layer writes its buffer and the offset in one atomic
         write; other stores record the offset and flush."""
         if self.transactional is not None:
             self.transactional.commit(changelog_offset)

@@ -15,6 +15,12 @@ object keeps the database open, so an abandoned generator must not be able to ho
 Another process can read a store that a task has open: :meth:`open_secondary` opens it as a
 RocksDB *secondary* instance, which reads the task's files and sees its writes up to the last
 :meth:`catch_up` (the reader process of interactive queries, :mod:`fluvial.iq.reader`).
+
+Durability: each commit's data and the changelog offset it reaches go in one atomic write, whose
+write-ahead log reaches the operating system at once (a killed process loses nothing) but is not
+synced to disk at each commit. After a machine crash RocksDB recovers a consistent earlier write,
+so the store holds an older offset and restore replays the changelog from there: the changelog,
+not the local disk, is the store's record. Closing a store syncs.
 """
 
 from __future__ import annotations
@@ -220,15 +226,16 @@ class _RocksDBStore:
         else:
             batch.put(key, _LONG.pack(value), handle)
 
-    def _flush_meta(self) -> None:
-        """Persist the committed offset and make everything durable."""
+    def _flush_meta(self, sync: bool = False) -> None:
+        """Persist the committed offset; with ``sync`` (at close), make everything durable."""
         if self._secondary_dir is not None:
             return  # read-only: the primary owns the data
         db = self._live_db()
         batch = WriteBatch(raw_mode=True)
         self._write_meta(batch, _COMMITTED_OFFSET, self.committed_offset)
         db.write(batch)
-        db.flush_wal(True)
+        if sync:
+            db.flush_wal(True)
 
     def _live_db(self) -> Rdict:
         if self._db is None:
@@ -260,7 +267,7 @@ class RocksDBKeyValueStore(_RocksDBStore, KeyValueStore):
 
     def close(self) -> None:
         if self._db is not None:
-            self._flush_meta()
+            self._flush_meta(sync=True)
         self._release()
 
     def destroy(self) -> None:
@@ -316,9 +323,8 @@ class RocksDBKeyValueStore(_RocksDBStore, KeyValueStore):
         db = self._live_db()
         batch = self._stage_all(records)
         self._write_meta(batch, _COMMITTED_OFFSET, committed_offset)
-        db.write(batch)  # data and offset: one atomic write
+        db.write(batch)  # data and offset: one atomic write (see the module docstring)
         self.committed_offset = committed_offset
-        db.flush_wal(True)
 
     def _stage_all(self, records: Iterable[ChangelogRecord]) -> WriteBatch:
         batch = WriteBatch(raw_mode=True)
@@ -421,7 +427,7 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
 
     def close(self) -> None:
         if self._db is not None:
-            self._flush_meta()
+            self._flush_meta(sync=True)
         self._segments.clear()
         self._release()
 
@@ -465,7 +471,6 @@ class RocksDBWindowStore(_RocksDBStore, WindowStore):
         self, records: Iterable[ChangelogRecord], committed_offset: int | None
     ) -> None:
         self._restore(records, committed_offset, write_offset=True)
-        self._live_db().flush_wal(True)
 
     def _restore(
         self, records: Iterable[ChangelogRecord], committed_offset: int | None, write_offset: bool

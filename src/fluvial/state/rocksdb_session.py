@@ -69,7 +69,7 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
 
     def close(self) -> None:
         if self._db is not None:
-            self._flush_meta()
+            self._flush_meta(sync=True)
         self._segments.clear()
         self._release()
 
@@ -125,7 +125,6 @@ class RocksDBSessionStore(_RocksDBStore, SessionStore):
             SessionStore.restore(self, records)
         finally:
             self._finish(committed_offset, write_offset=True)
-        self._live_db().flush_wal(True)
 
     def _begin(self) -> None:
         self._batch = WriteBatch(raw_mode=True)

@@ -71,7 +71,7 @@ class RocksDBVersionedKeyValueStore(_RocksDBStore, VersionedKeyValueStore):
 
     def close(self) -> None:
         if self._db is not None:
-            self._flush_meta()
+            self._flush_meta(sync=True)
         self._reclaim = None
         self._release()
 
@@ -145,9 +145,7 @@ class RocksDBVersionedKeyValueStore(_RocksDBStore, VersionedKeyValueStore):
             self.committed_offset = committed_offset
             self._write_meta(batch, b"committed_offset", committed_offset)
         # One batch: versions, stream time and (at commit) the offset land together or not at all.
-        db.write(batch)
-        if commit:
-            db.flush_wal(True)
+        db.write(batch)  # not synced at commit: see fluvial.state.rocksdb's docstring
         self._reclaim_expired()
 
     def _reclaim_expired(self) -> None:
