@@ -70,16 +70,21 @@ def producer_settings(config: StreamsConfig, transactional_id: str | None) -> di
 
     ``murmur2_random`` is the partitioner of Kafka's Java clients, so records keyed by fluvial
     land in the same partitions as records keyed by a Java producer or Kafka Streams.
+
+    No compression (Kafka Streams' producer default) and ``linger.ms`` 5: Kafka Streams lingers
+    100 ms, which costs less CPU per record but, measured on the pass-through at 1,000 records/s,
+    adds about 30 ms to the median latency and 40-90 ms to the p99. ``client_config`` may
+    change both; idempotence, acks and the partitioner it may not.
     """
     settings: dict[str, Any] = {
+        "linger.ms": 5,
+        "compression.type": "none",
+        "queue.buffering.max.messages": 200000,
         **_common(config),
         "client.id": f"{config.application_id}-producer",
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "queue.buffering.max.messages": 200000,
     }
     if transactional_id is not None:
         settings["transactional.id"] = transactional_id

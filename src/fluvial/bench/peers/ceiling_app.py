@@ -91,7 +91,7 @@ def main() -> None:  # noqa: C901 - one loop, read top to bottom
         "acks": "all",
         "partitioner": "murmur2_random",
         "linger.ms": 5,
-        "compression.type": "lz4",
+        "compression.type": "none",
         "queue.buffering.max.messages": 200_000,
     }
     if exactly_once:
