@@ -15,9 +15,9 @@ def _config(**client_config: str) -> StreamsConfig:
     )
 
 
-def test_batching_defaults_no_compression_and_a_short_linger() -> None:
+def test_batching_defaults_are_kafka_streams_no_compression_and_a_100_ms_linger() -> None:
     settings = producer_settings(_config(), "settings-app-0")
-    assert settings["linger.ms"] == 5
+    assert settings["linger.ms"] == 100
     assert settings["compression.type"] == "none"
     assert settings["transactional.id"] == "settings-app-0"
 

@@ -40,6 +40,27 @@ def test_secrets_never_appear_in_reprs_or_logs() -> None:
     assert shown == {"sasl.password": "***", "ssl.key.password": "***", "acks": "all"}
 
 
+@pytest.mark.parametrize(
+    ("client_config", "message"),
+    [
+        ({"linger.ms": "900000"}, "producer refuses these settings: .*linger.ms"),
+        ({"no.such.property": "1"}, "refuses these settings: .*no.such.property"),
+    ],
+)
+def test_client_settings_librdkafka_refuses_stop_the_start(
+    client_config: dict[str, str], message: str
+) -> None:
+    # No broker listens here: the refusal must come before anything contacts one.
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=serdes.string()).to("out")
+    secret = {"sasl.password": "hunter2"}
+    config = StreamsConfig(application_id="refused-settings", bootstrap_servers="127.0.0.1:1",
+                           client_config={**client_config, **secret})  # fmt: skip
+    with pytest.raises(ConfigError, match=message) as refused:
+        Application(builder.build(), config).start()
+    assert "hunter2" not in str(refused.value)
+
+
 @pytest.mark.kafka
 def test_missing_source_topic_is_reported_before_start(bootstrap_servers: str, unique_name) -> None:
     builder = StreamsBuilder()

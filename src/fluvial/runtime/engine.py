@@ -22,6 +22,7 @@ from fluvial.kafka.security import AuthorizationError
 from fluvial.metrics import WorkerMetrics, prometheus_text
 from fluvial.processor.collector import TaskId
 from fluvial.runtime.client_calls import FencedError
+from fluvial.runtime.clients import check_client_settings
 from fluvial.runtime.commit_metadata import check_commit_metadata
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.epoch import CHECK_INTERVAL_S, DriverEpoch, DriverFencedError
@@ -126,6 +127,7 @@ class Application:
 
         :raises StreamsError: (or a subclass) naming what is wrong and the fix.
         """
+        check_client_settings(self.config)
         check_commit_metadata(self.topology, self.config)
         # A new version that would drop committed state stops here, before anything is made.
         plan = ensure_internal_topics(self.topology, self.config, self.deployment)

@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 PROCESS_BATCH = 500
+# How long an idle at-least-once worker waits for what lingered to be acknowledged.
+IDLE_SEND_S = 0.01
 # A loop's processing should take at most half the commit interval, within these bounds (ms).
 LOOP_BUDGET_MS = (50, 500)
 
@@ -123,6 +125,7 @@ class Worker:
         self._guard: PartitionGuard | None = None
         self._progress: RepartitionProgress | None = None
         self._collector: KafkaRecordCollector | None = None
+        self._sent_when_idle = 0
         self._dirty = False
         self._last_commit = time.monotonic()
         self._purge = RepartitionPurge(config)
@@ -464,6 +467,25 @@ class Worker:
         self._backpressure.apply(self._consumer, self._task_by_tp)
         if self._commit_due():
             self.commit()
+        elif not self.eos and len(messages) < PROCESS_BATCH:
+            self._send_lingering()
+
+    def _send_lingering(self) -> None:
+        """With nothing left to process, send what the producer holds for its linger.
+
+        The producer lingers (100 ms by default) so that a busy worker sends full batches.
+        At-least-once output is visible once it is sent, so a quiet input must not wait out
+        the linger; under exactly-once nothing is visible before the commit, whose flush
+        sends everything anyway.
+        """
+        collector = self._collector
+        assert collector is not None and self._producer is not None
+        if collector.sent == self._sent_when_idle:
+            return
+        if any(t.has_ready_records() for t in self.tasks.values()):
+            return
+        self._sent_when_idle = collector.sent
+        self._producer.flush(IDLE_SEND_S)
 
     def _process(self) -> None:
         started = time.monotonic()

@@ -36,6 +36,7 @@ from fluvial.errors import ChangelogGapError, ConfigError, StreamsError
 from fluvial.loader import load_app
 from fluvial.metrics import WorkerMetrics, prometheus_text
 from fluvial.processor.collector import TaskId
+from fluvial.runtime.clients import check_client_settings
 from fluvial.runtime.deployments import DeploymentPolicy
 from fluvial.runtime.engine import (
     assign_slots,
@@ -227,6 +228,7 @@ class SparkApplication:
         """Check the settings and topics, then start Spark while the driver fences the slots
         of an earlier run and creates the internal topics; then run leases."""
         check_no_speculation(self.spark_conf)  # before paying for a JVM
+        check_client_settings(self.config)
         announce()  # one line when the engine runs interpreted (once: `fluvial run` may have)
         # Spark's JVM takes seconds to start: it starts beside the driver's own checks and
         # preparations. A check that fails stops the run at once; the JVM is stopped behind

@@ -90,7 +90,7 @@ def main() -> None:  # noqa: C901 - one loop, read top to bottom
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
-        "linger.ms": 5,
+        "linger.ms": 100,
         "compression.type": "none",
         "queue.buffering.max.messages": 200_000,
     }
