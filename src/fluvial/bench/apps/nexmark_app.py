@@ -23,4 +23,5 @@ config = StreamsConfig(
     commit_interval_ms=int(env["FLUVIAL_BENCH_COMMIT_MS"]),
     state_dir=env["FLUVIAL_BENCH_STATE_DIR"],
     cache_max_bytes=int(env["FLUVIAL_BENCH_CACHE_BYTES"]),
+    catch_up_completeness=env.get("FLUVIAL_BENCH_CATCH_UP", "1") == "1",
 )

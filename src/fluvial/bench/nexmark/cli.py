@@ -205,6 +205,15 @@ def bench(
             "(read them with 'fluvial bench hotspots')"
         ),
     ] = None,
+    kafka_streams_stream_time: Annotated[
+        bool,
+        typer.Option(
+            "--kafka-streams-stream-time",
+            help="Run fluvial with Kafka Streams' stream time across repartition topics "
+            "(catch_up_completeness=False), so that re-keyed windows emit what Kafka Streams "
+            "emits; results are named fluvial-...+kstime",
+        ),
+    ] = False,
 ) -> None:
     """Each query on fluvial and its peers, one pre-loaded input, every guarantee and cache
     setting: events/s and CPU µs per event of the system's processes, pinned as Figure 2."""
@@ -234,4 +243,5 @@ def bench(
         events=events, partitions=partitions, commit_ms=_positive(commit_interval_ms,
         "--commit-interval-ms"), bootstrap=bootstrap_servers, json_out=json_out, seed=seed,
         rate=rate, master=master, profile_dir=profile,
+        catch_up_completeness=not kafka_streams_stream_time,
     )  # fmt: skip
