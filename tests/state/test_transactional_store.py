@@ -280,6 +280,8 @@ def test_session_transaction_reads_like_a_plain_store(make_session):
             for entry in list(plain.find_sessions(key, start - 30, end + 30)):
                 plain.remove(key, entry.start_ms, entry.end_ms)
                 store.remove(key, entry.start_ms, entry.end_ms)
+                # Removed in this transaction, maybe committed before: gone either way.
+                assert store.fetch_session(key, entry.start_ms, entry.end_ms) is None
         plain.put(key, start, end, f"v{step}".encode())
         store.put(key, start, end, f"v{step}".encode())
         if step % 53 == 0:

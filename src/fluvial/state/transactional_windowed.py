@@ -163,8 +163,12 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
         self, inner: SessionStore, max_uncommitted_bytes: int = DEFAULT_MAX_UNCOMMITTED_BYTES
     ) -> None:
         SessionStore.__init__(self, inner.name, inner.persistent, inner.retention_ms)
-        # key -> (end, start) -> value (None: removed in this transaction)
+        # key -> (end, start) -> value, the sessions written in this transaction
         self._by_key: dict[bytes, dict[tuple[int, int], bytes | None]] = {}
+        # key -> (end, start) of the sessions removed in this transaction. Apart from the
+        # written ones: a session that grows record by record leaves one removed entry per
+        # record, and a lookup must not read them all (it checks only what the store returns).
+        self._removed: dict[bytes, set[tuple[int, int]]] = {}
         self._keys: list[bytes] = []
         self._setup(inner, max_uncommitted_bytes)
 
@@ -172,9 +176,13 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
         self._check_open()
         if session_end_ms <= self.expired_before():
             return None
-        buffered = self._by_key.get(key, {})
-        if (session_end_ms, session_start_ms) in buffered:
-            return buffered[(session_end_ms, session_start_ms)]
+        bounds = (session_end_ms, session_start_ms)
+        buffered = self._by_key.get(key)
+        if buffered is not None and bounds in buffered:
+            return buffered[bounds]
+        removed = self._removed.get(key)
+        if removed is not None and bounds in removed:
+            return None
         value: bytes | None = self.inner.fetch_session(key, session_start_ms, session_end_ms)
         return value
 
@@ -189,8 +197,15 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
         self._buffer(store_key, ChangelogRecord(store_key, stored, end))
         if key not in self._by_key:
             self._by_key[key] = {}
+            self._removed[key] = set()
             bisect.insort(self._keys, key)
-        self._by_key[key][(end, start)] = stored
+        bounds = (end, start)
+        if stored is None:
+            self._by_key[key].pop(bounds, None)
+            self._removed[key].add(bounds)
+        else:
+            self._removed[key].discard(bounds)
+            self._by_key[key][bounds] = stored
 
     def _advance(self, session_end_ms: int) -> None:
         self.observed_stream_time = max(self.observed_stream_time, session_end_ms)
@@ -213,9 +228,12 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
             lo = 0 if key_from is None else bisect.bisect_left(self._keys, key_from)
             hi = len(self._keys) if key_to is None else bisect.bisect_right(self._keys, key_to)
             keys = self._keys[lo:hi]
-        merged: dict[tuple[int, bytes, int], bytes | None] = {
-            (e.end_ms, e.key, e.start_ms): e.value for e in stored
-        }
+        merged: dict[tuple[int, bytes, int], bytes | None] = {}
+        removed = self._removed
+        for e in stored:
+            gone = removed.get(e.key)
+            if gone is None or (e.end_ms, e.start_ms) not in gone:
+                merged[(e.end_ms, e.key, e.start_ms)] = e.value
         for key in keys:
             for (end, start), value in self._by_key[key].items():
                 if end >= earliest_end and start <= latest_start:
@@ -230,6 +248,7 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
 
     def _clear_overlay(self) -> None:
         self._by_key.clear()
+        self._removed.clear()
         self._keys.clear()
 
     def _sync(self, committed: bool) -> None:
