@@ -164,7 +164,7 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
     ) -> None:
         SessionStore.__init__(self, inner.name, inner.persistent, inner.retention_ms)
         # key -> (end, start) -> value, the sessions written in this transaction
-        self._by_key: dict[bytes, dict[tuple[int, int], bytes | None]] = {}
+        self._by_key: dict[bytes, dict[tuple[int, int], bytes]] = {}
         # key -> (end, start) of the sessions removed in this transaction. Apart from the
         # written ones: a session that grows record by record leaves one removed entry per
         # record, and a lookup must not read them all (it checks only what the store returns).
@@ -228,7 +228,7 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
             lo = 0 if key_from is None else bisect.bisect_left(self._keys, key_from)
             hi = len(self._keys) if key_to is None else bisect.bisect_right(self._keys, key_to)
             keys = self._keys[lo:hi]
-        merged: dict[tuple[int, bytes, int], bytes | None] = {}
+        merged: dict[tuple[int, bytes, int], bytes] = {}
         removed = self._removed
         for e in stored:
             gone = removed.get(e.key)
@@ -242,7 +242,6 @@ class TransactionalSessionStore(TransactionalStore, SessionStore):
             [
                 SessionEntry(key, start, end, value)
                 for (end, key, start), value in sorted(merged.items())
-                if value is not None
             ]
         )
 
