@@ -189,3 +189,29 @@ def test_a_record_a_cache_flush_forwards_has_no_consumed_record_to_send():
     assert (dead.key, dead.value) == (None, None)
     assert headers["fluvial.node"] == b"odd"
     assert "fluvial.topic" not in headers, "the flush's record is no consumed record"
+
+
+@pytest.mark.parametrize("dead_letter_topic", ["dead", None])
+def test_repartition_records_carry_their_origin_only_for_a_dead_letter_topic(dead_letter_topic):
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=L)
+        .select_key(lambda k, v: k.upper())
+        .repartition(key_serde=S, value_serde=L, name="upper")
+        .to("out", key_serde=S, value_serde=L)
+    )
+    config = StreamsConfig(
+        application_id="perr",
+        processing_exception_handler="log_and_continue",
+        dead_letter_topic=dead_letter_topic,
+    )
+    with TopologyTestDriver(builder.build(), config) as driver:
+        driver.create_input_topic("in", S, L).pipe_records([("a", 1, 1), ("b", 2, 2)])
+        internal = driver.create_output_topic("perr-upper-repartition", S, L).read_records()
+        out = driver.create_output_topic("out", S, L).read_records()
+    assert [(r.key, r.value) for r in internal] == [("A", 1), ("B", 2)]
+    origins = [dict(r.headers).get("fluvial.origin") for r in internal]
+    # The dead-letter path names the user's record through it; with no dead-letter topic
+    # nothing reads it, and it is not written.
+    assert origins == ([b"in:0:0", b"in:0:1"] if dead_letter_topic else [None, None])
+    assert [dict(r.headers) for r in out] == [{}, {}], "output topics never see it"

@@ -350,7 +350,13 @@ class StreamTask:
                     spec.partitioner,
                     count_metric=not repartition,
                     writer_id=self.writer_id if topic in self.merged_topics else None,
-                    origin=self.origin_header if repartition else None,
+                    # Read by the dead-letter path only: without a dead-letter topic no
+                    # record carries it (a header less to write, read and strip per record).
+                    origin=(
+                        self.origin_header
+                        if repartition and self.config.dead_letter_topic
+                        else None
+                    ),
                 )
             else:
                 assert isinstance(spec, ProcessorNode) and spec.supplier is not None
