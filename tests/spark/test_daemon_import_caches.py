@@ -40,7 +40,9 @@ def test_an_unchanged_zip_is_not_read_again_and_a_changed_one_is(zip_on_path, mo
     reads = []
     read_directory = zipimport._read_directory
     monkeypatch.setattr(
-        zipimport, "_read_directory", lambda archive: reads.append(archive) or read_directory(archive)
+        zipimport,
+        "_read_directory",
+        lambda archive: reads.append(archive) or read_directory(archive),
     )
     importlib.invalidate_caches()
     per_reset = len(reads)
