@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from fluvial import StreamsBuilder, serdes
 from fluvial.kafka.admin import TopicSpec, create_topics
-from fluvial.processor.completeness import WRITER_HEADER
+from fluvial.processor.completeness import PROGRESS_HEADER, WRITER_HEADER, encode_progress
 from fluvial.runtime.reset import reset_application
 from tests.event_times import event_time_base_ms
 from tests.runtime.apps import catch_up as app
@@ -304,9 +304,13 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
     commit must carry them, whether the offset moved or not.
 
     The test writes the windowed count's repartition partition itself, as three upstream
-    tasks would: writer 0_0's one record far ahead at offset 0, then 0_1's and 0_2's records
-    interleaved. It kills the application while the committed offset is still 0, restarts
-    it, and checks every window count against the oracle."""
+    writers would: writer a's one record far ahead at offset 0, then b's and c's records
+    interleaved. No task of the application has these writer ids (its own upstream tasks read
+    an empty input, say so, and hold nothing back), so a's record waits until b and c say they
+    have read all of their input: the committed offset stays at 0 however fast the
+    first run goes. The test kills the application after 2,000 window updates, writes the
+    three writers' "read all" progress, restarts it, and checks every window count against
+    the oracle."""
     base_ms = event_time_base_ms()
     source, out = make_topics(bootstrap_servers, unique_name, "held")
     app_id = unique_name("held")
@@ -318,11 +322,12 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
     assert repartition in read, f"the windowed count reads none of {sorted(read)}"
     create_topics(bootstrap_servers, [TopicSpec(repartition, PARTITIONS)])
     rng = random.Random(41)
-    per_writer, step_ms = 50_000, 5
+    # Far under the 100,000 records a merge queue holds before it lets the oldest go anyway.
+    per_writer, step_ms = 20_000, 5
     ahead = base_ms + per_writer * step_ms + 60_000
-    records = [("0_0", "news", ahead)]  # (writer, key, timestamp), in offset order
+    records = [("a", "news", ahead)]  # (writer, key, timestamp), in offset order
     for i in range(per_writer):
-        for writer in ("0_1", "0_2"):
+        for writer in ("b", "c"):
             ts = base_ms + i * step_ms + rng.randrange(step_ms)
             records.append((writer, rng.choice(CATEGORIES), ts))
     json_serde = serdes.json()
@@ -334,6 +339,17 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
                          partition=0, timestamp=ts, headers=[(WRITER_HEADER, writer.encode())])  # fmt: skip
         producer.poll(0)
     flush(producer)
+
+    def read_all_progress() -> None:
+        """Each writer says it has read all of its input: one partition of the (empty) input
+        topic, which ends at offset 0."""
+        for writer in ("a", "b", "c"):
+            high = max(ts for w, _c, ts in records if w == writer)
+            headers = [(PROGRESS_HEADER, encode_progress(high, True, ((source, 0, 0),))),
+                       (WRITER_HEADER, writer.encode())]  # fmt: skip
+            producer.produce(repartition, partition=0, timestamp=high, headers=headers)
+        flush(producer)
+
     expected = Counter((category, ts - ts % app.WINDOW_MS) for _w, category, ts in records)
 
     def start() -> SparkRunner:
@@ -356,6 +372,13 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
         finally:
             consumer.close()
 
+    def log_end() -> int:
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": app_id})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(repartition, 0), timeout=30)[1]
+        finally:
+            consumer.close()
+
     first = start()
     try:
         wait_until(lambda: window_updates() >= 2_000 or first.proc.poll() is not None, 240,
@@ -364,14 +387,21 @@ def test_a_restart_skips_what_was_taken_above_a_held_offset(
         first.kill9()
     assert first.proc.returncode == -9, first.output()[-3000:]
     [held] = wait_until(committed_offset, 60, "the committed offset")
-    assert held == 0, f"the kill came after writer 0_0's record went (offset {held}): add input"
+    assert held == 0, (
+        f"writer a's record went before the writers said they read all (offset {held})"
+    )
 
+    read_all_progress()
+    end = log_end()
     second = start()
     try:
         timed_out = None
         try:
-            wait_until(lambda: sum(window_counts().values()) >= len(records)
-                       or second.proc.poll() is not None, 300, "every window count")  # fmt: skip
+            # Its results commit with its offset: once that reaches the end, every record has
+            # counted (or been counted again, or dropped).
+            wait_until(lambda: (committed_offset() or [-1])[0] >= end
+                       or second.proc.poll() is not None, 300,
+                       f"the repartition partition taken to its end ({end})")  # fmt: skip
         except AssertionError as exc:
             timed_out = exc
     finally:
