@@ -11,8 +11,12 @@ $(CURDIR)/.tools/bin/uv:
 	python3 -m venv $(CURDIR)/.tools
 	$(CURDIR)/.tools/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# Bytecode is compiled at install, fluvial's own sources included: a machine that sets
+# PYTHONDONTWRITEBYTECODE (containers often do) would otherwise compile every module again in
+# each process it starts (about 0.4 s of CPU for an application, a worker or a test's child).
 setup: $(UV)  ## install the Python environment (uv) and resolve the Kafka and Spark jars once
-	$(UV) sync --frozen --group bench --group docs
+	$(UV) sync --frozen --group bench --group docs --compile-bytecode
+	$(UV) run --no-sync python -m compileall -q src/fluvial
 	$(UV) run python -m fluvial.jvm
 
 jars: setup
