@@ -57,6 +57,7 @@ MODULES = (
     "fluvial.processor.context",
     "fluvial.processor.completeness",
     "fluvial.processor.metrics",
+    "fluvial.state.value_format",
     "fluvial.state.timestamped",
     "fluvial.state.caching",
     "fluvial.state.caching_session",

@@ -28,7 +28,7 @@ from fluvial.processor.metrics import LATE, NULL_KEY, REVISIONS_EMITTED, dropped
 from fluvial.processor_api import Processor
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
-from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes
+from fluvial.state.value_format import from_timestamped_bytes, to_timestamped_bytes
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from fluvial.processor.stores import is_cached
 from fluvial.processor_api import ProcessorContext
 from fluvial.records import Record, Window, Windowed
 from fluvial.serdes import Serde
-from fluvial.state.base import from_timestamped_bytes
 from fluvial.state.timestamped import TimestampedKeyValueStore
+from fluvial.state.value_format import from_timestamped_bytes
 
 
 class TableForwarder:

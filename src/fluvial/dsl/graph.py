@@ -6,9 +6,7 @@ from typing import Any
 
 from fluvial import serdes
 from fluvial.dsl.options import Materialized
-from fluvial.dsl.stateless import PassThroughProcessor
-from fluvial.processor.fusion import FusableProcessor, Step
-from fluvial.records import Record
+from fluvial.dsl.stateless import PassThroughProcessor, RepartitionFilterProcessor
 from fluvial.serdes import Serde
 from fluvial.topology.builder import InternalTopologyBuilder
 from fluvial.topology.nodes import (
@@ -142,24 +140,6 @@ class NullKeyPolicy:
     """Whether one repartition filter lets null keys through; settled when the DSL builds."""
 
     keep_null_keys = False
-
-
-class RepartitionFilterProcessor(FusableProcessor):
-    """Before a repartition topic: drops null keys, which have no partition by key, unless a
-    join downstream emits records with null keys (those go to a partition the producer picks)."""
-
-    def __init__(self, policy: NullKeyPolicy) -> None:
-        self.policy = policy
-
-    def fuse(self, downstream: Step) -> Step:
-        if self.policy.keep_null_keys:  # settled when the DSL built the topology
-            return downstream
-
-        def drop_null_keys(key: Any, value: Any, origin: Record[Any, Any]) -> None:
-            if key is not None:
-                downstream(key, value, origin)
-
-        return drop_null_keys
 
 
 def null_key_join(itb: InternalTopologyBuilder, node: str) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 from fluvial.dsl.aggregate import WindowedAggregateProcessor
 from fluvial.processor.metrics import LATE, NULL_KEY, dropped
 from fluvial.records import Record, Window
-from fluvial.state.base import from_timestamped_bytes, to_timestamped_bytes
+from fluvial.state.value_format import from_timestamped_bytes, to_timestamped_bytes
 
 log = logging.getLogger(__name__)
 

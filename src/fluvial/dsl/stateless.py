@@ -173,3 +173,24 @@ class BranchProcessor(Processor[Any, Any]):
                 return
         if self.default is not None:
             self.context.forward(record, self.default)
+
+
+class RepartitionFilterProcessor(FusableProcessor):
+    """Before a repartition topic: drops null keys, which have no partition by key, unless a
+    join downstream emits records with null keys (those go to a partition the producer picks).
+
+    ``policy`` is the topology's :class:`fluvial.dsl.graph.NullKeyPolicy` for this filter, whose
+    ``keep_null_keys`` the DSL settles once the whole topology is built."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def fuse(self, downstream: Step) -> Step:
+        if self.policy.keep_null_keys:
+            return downstream
+
+        def drop_null_keys(key: Any, value: Any, origin: Record[Any, Any]) -> None:
+            if key is not None:
+                downstream(key, value, origin)
+
+        return drop_null_keys

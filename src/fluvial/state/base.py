@@ -17,6 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+# Re-exported: the layout of a timestamped store's values lives in a compiled module.
+from fluvial.state.value_format import from_timestamped_bytes as from_timestamped_bytes
+from fluvial.state.value_format import to_timestamped_bytes as to_timestamped_bytes
+
 V = TypeVar("V")
 
 _LONG = struct.Struct(">q")
@@ -291,11 +295,6 @@ def parse_window_store_key(binary: bytes) -> tuple[bytes, int, int]:
     return binary[:-WINDOW_KEY_SUFFIX], start, seqnum
 
 
-def to_timestamped_bytes(value: bytes, timestamp_ms: int) -> bytes:
-    """8-byte BE timestamp + value: how timestamped stores keep a value internally."""
-    return TIMESTAMP_PREFIX.pack(timestamp_ms) + value
-
-
 def with_timestamps(records: Iterable[ChangelogRecord]) -> list[ChangelogRecord]:
     """Changelog records as a timestamped store keeps them: each value behind its timestamp
     (:func:`to_timestamped_bytes`, packed here in one comprehension: a restore's whole
@@ -305,13 +304,6 @@ def with_timestamps(records: Iterable[ChangelogRecord]) -> list[ChangelogRecord]
         new_tuple(ChangelogRecord, (key, None if value is None else pack(ts) + value, ts))
         for key, value, ts in records
     ]
-
-
-def from_timestamped_bytes(raw: bytes) -> tuple[bytes, int]:
-    """Split timestamped bytes back into (value, timestamp)."""
-    if len(raw) < 8:
-        raise ValueError(f"timestamped value needs at least 8 bytes, got {len(raw)}")
-    return raw[8:], _LONG.unpack_from(raw)[0]
 
 
 def own_abc_bookkeeping(*classes: type) -> None:
