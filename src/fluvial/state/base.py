@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 # Re-exported: the layout of a timestamped store's values lives in a compiled module.
+from fluvial.state.value_format import TIMESTAMP_PREFIX as TIMESTAMP_PREFIX
 from fluvial.state.value_format import from_timestamped_bytes as from_timestamped_bytes
 from fluvial.state.value_format import to_timestamped_bytes as to_timestamped_bytes
 
@@ -25,8 +26,6 @@ V = TypeVar("V")
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
-#: The 8-byte BE timestamp that timestamped stores put before a value (to_timestamped_bytes).
-TIMESTAMP_PREFIX = _LONG
 #: What follows the record key in a window store key: 8-byte BE start, 4-byte BE sequence number.
 WINDOW_KEY_TAIL = struct.Struct(">qi")
 
